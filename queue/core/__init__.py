@@ -1,0 +1,1 @@
+"""The decision core: pure data in, decisions out (no I/O)."""

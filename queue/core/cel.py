@@ -1,0 +1,144 @@
+"""CEL device selectors (DeviceClass and job selectors), evaluated with a real CEL engine.
+
+Owns compilation, the DRA variable layout (`device.driver`, `device.attributes["domain"].name`,
+`device.capacity["domain"].name`) and the quantity/semver functions selectors use. Evaluation
+costs tens of microseconds per device, so `DeviceMatcher` remembers each (expression, device)
+result and recomputes only when the device itself changed (a new ResourceSlice) or the
+expression is new (a new DeviceClass or job). It must not decide anything about placement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import cel
+
+from gangq.queue.core import quantity
+from gangq.queue.core.device import Device, DeviceId
+from gangq.queue.core.errors import InvalidInputError, SelectorError
+
+
+def _split(name: str) -> tuple[str, str]:
+    domain, _, short = name.rpartition("/")
+    return domain, short
+
+
+def device_variables(device: Device) -> dict[str, Any]:
+    """The `device` variable as DRA defines it: attributes and capacity grouped by domain."""
+    attributes: dict[str, dict[str, Any]] = {}
+    for name, value in device.attributes.items():
+        domain, short = _split(name)
+        attributes.setdefault(domain, {})[short] = value
+    capacity: dict[str, dict[str, int]] = {}
+    for name, milli in device.capacity.items():
+        domain, short = _split(name)
+        capacity.setdefault(domain, {})[short] = milli
+    return {
+        "driver": device.driver,
+        "attributes": attributes,
+        "capacity": capacity,
+        "allowMultipleAllocations": False,
+    }
+
+
+def _semver_key(text: str) -> tuple[int, ...]:
+    core = text.split("-", 1)[0].split("+", 1)[0]
+    try:
+        return tuple(int(part) for part in core.split("."))
+    except ValueError as error:
+        raise InvalidInputError(f"{text!r} is not a semantic version") from error
+
+
+def _compare(left: Any, right: Any) -> int:
+    """compareTo for quantities (held as thousandths) and for semantic versions (strings)."""
+    if isinstance(left, str) and isinstance(right, str):
+        a, b = _semver_key(left), _semver_key(right)
+    else:
+        a, b = left, right
+    return int(a > b) - int(a < b)
+
+
+def _quantity(text: str) -> int:
+    return quantity.parse_milli(str(text))
+
+
+def _semver(text: str) -> str:
+    _semver_key(text)
+    return text
+
+
+_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "quantity": _quantity,
+    "semver": _semver,
+    "compareTo": _compare,
+    "isGreaterThan": lambda a, b: _compare(a, b) > 0,
+    "isLessThan": lambda a, b: _compare(a, b) < 0,
+    "add": lambda a, b: a + (b if isinstance(b, int) else 0),
+    "sub": lambda a, b: a - (b if isinstance(b, int) else 0),
+    "sign": lambda a: int(a > 0) - int(a < 0),
+    "isInteger": lambda a: a % 1000 == 0,
+    "asInteger": lambda a: a // 1000,
+    "asApproximateFloat": lambda a: a / 1000,
+}
+
+
+def compile_selector(expression: str) -> cel.Program:
+    """Compile once; a syntax error names the expression and the problem."""
+    try:
+        return cel.compile(expression)
+    except ValueError as error:
+        problem = str(error).replace(f"Failed to parse expression {expression!r}: ", "")
+        raise SelectorError(expression, problem.strip()) from error
+
+
+@dataclass(slots=True)
+class DeviceMatcher:
+    """Memoizing evaluator shared by every cycle of one process (results are deterministic)."""
+
+    _programs: dict[str, cel.Program] = field(default_factory=dict)
+    _variables: dict[DeviceId, tuple[Device, dict[str, Any]]] = field(default_factory=dict)
+    _results: dict[tuple[str, DeviceId], tuple[Device, bool]] = field(default_factory=dict)
+    runtime_errors: dict[str, str] = field(default_factory=dict)
+    """First runtime error per expression, so a pending reason can say why nothing matched."""
+
+    def program(self, expression: str) -> cel.Program:
+        program = self._programs.get(expression)
+        if program is None:
+            program = compile_selector(expression)
+            self._programs[expression] = program
+        return program
+
+    def _device_context(self, device: Device) -> dict[str, Any]:
+        cached = self._variables.get(device.id)
+        if cached is not None and (cached[0] is device or cached[0] == device):
+            return cached[1]
+        context: dict[str, Any] = {"device": device_variables(device), **_FUNCTIONS}
+        self._variables[device.id] = (device, context)
+        return context
+
+    def matches(self, expression: str, device: Device) -> bool:
+        """Whether one selector accepts the device; a runtime error counts as no match."""
+        key = (expression, device.id)
+        cached = self._results.get(key)
+        if cached is not None and (cached[0] is device or cached[0] == device):
+            return cached[1]
+        program = self.program(expression)
+        try:
+            result = program.execute(self._device_context(device))
+        except (KeyError, TypeError, ValueError, InvalidInputError) as error:
+            self.runtime_errors.setdefault(expression, f"{type(error).__name__}: {error}")
+            result = False
+        if not isinstance(result, bool):
+            raise SelectorError(expression, f"must evaluate to a bool, got {type(result).__name__}")
+        self._results[key] = (device, result)
+        return result
+
+    def matches_all(self, expressions: Iterable[str], device: Device) -> bool:
+        return all(self.matches(expression, device) for expression in expressions)
+
+    def forget(self, keep: Mapping[DeviceId, Device]) -> None:
+        """Drop cached results of devices no longer published, so memory follows the inventory."""
+        self._variables = {k: v for k, v in self._variables.items() if k in keep}
+        self._results = {k: v for k, v in self._results.items() if k[1] in keep}

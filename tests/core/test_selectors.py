@@ -1,0 +1,135 @@
+"""CEL device selectors: DRA variables, quantity and semver functions, errors, and caching."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gangq.queue.core import cel as device_cel
+from gangq.queue.core import device as device_module
+from gangq.queue.core.errors import InvalidInputError, SelectorError
+
+SLICE = {
+    "metadata": {"name": "gpu-1-slice"},
+    "spec": {
+        "driver": "gpu.nvidia.com",
+        "pool": {"name": "gpu-1", "generation": 1, "resourceSliceCount": 1},
+        "nodeName": "gpu-1",
+        "devices": [
+            {
+                "name": "gpu-0",
+                "attributes": {
+                    "productName": {"string": "NVIDIA H100 80GB HBM3"},
+                    "numa": {"int": 0},
+                    "driverVersion": {"version": "550.54.15"},
+                    "mig.nvidia.com/capable": {"bool": True},
+                },
+                "capacity": {"memory": {"value": "80Gi"}},
+            },
+            {
+                "name": "gpu-1",
+                "attributes": {"productName": {"string": "NVIDIA A10"}, "numa": {"int": 1}},
+                "capacity": {"memory": {"value": "24Gi"}},
+                "taints": [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoExecute"}],
+            },
+        ],
+    },
+}
+
+
+@pytest.fixture
+def devices() -> list[device_module.Device]:
+    return device_module.devices_from_slice(SLICE)
+
+
+def test_slice_translation_qualifies_names_and_parses_capacity(
+    devices: list[device_module.Device],
+) -> None:
+    h100, a10 = devices
+    assert h100.id == "gpu.nvidia.com/gpu-1/gpu-0"
+    assert h100.node == "gpu-1"
+    assert h100.attributes["gpu.nvidia.com/numa"] == 0
+    assert h100.attributes["mig.nvidia.com/capable"] is True
+    assert h100.capacity["gpu.nvidia.com/memory"] == 80 * 2**30 * 1000
+    assert not h100.is_tainted
+    assert a10.is_tainted and a10.is_evicting
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ('device.driver == "gpu.nvidia.com"', [True, True]),
+        (
+            'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"',
+            [True, False],
+        ),
+        (
+            'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0',
+            [True, False],
+        ),
+        ('device.capacity["gpu.nvidia.com"].memory.isGreaterThan(quantity("24Gi"))', [True, False]),
+        ('device.capacity["gpu.nvidia.com"].memory.isLessThan(quantity("80Gi"))', [False, True]),
+        ('device.attributes["gpu.nvidia.com"].numa == 1', [False, True]),
+        ('device.attributes["mig.nvidia.com"].capable', [True, False]),
+        (
+            'device.attributes["gpu.nvidia.com"].driverVersion.isGreaterThan(semver("535.0.0"))',
+            [True, False],
+        ),
+        ('"productName" in device.attributes["gpu.nvidia.com"]', [True, True]),
+    ],
+)
+def test_selector_results(
+    devices: list[device_module.Device], expression: str, expected: list[bool]
+) -> None:
+    matcher = device_cel.DeviceMatcher()
+    assert [matcher.matches(expression, d) for d in devices] == expected
+
+
+def test_missing_attribute_is_no_match_and_is_remembered(
+    devices: list[device_module.Device],
+) -> None:
+    matcher = device_cel.DeviceMatcher()
+    expression = 'device.attributes["mig.nvidia.com"].capable'
+    assert matcher.matches(expression, devices[1]) is False
+    assert "mig.nvidia.com" in matcher.runtime_errors[expression]
+
+
+def test_syntax_error_names_expression_and_position() -> None:
+    with pytest.raises(SelectorError) as caught:
+        device_cel.DeviceMatcher().program("device.driver ==")
+    assert caught.value.expression == "device.driver =="
+    assert "Syntax error" in str(caught.value)
+    assert "device.driver ==" in str(caught.value)
+
+
+def test_non_boolean_selector_is_an_error(devices: list[device_module.Device]) -> None:
+    with pytest.raises(SelectorError, match="must evaluate to a bool"):
+        device_cel.DeviceMatcher().matches("device.driver", devices[0])
+
+
+def test_result_is_recomputed_only_when_the_device_changes(
+    devices: list[device_module.Device],
+) -> None:
+    matcher = device_cel.DeviceMatcher()
+    expression = 'device.attributes["gpu.nvidia.com"].numa == 0'
+    assert matcher.matches(expression, devices[0])
+    moved = replace(devices[0], attributes={**devices[0].attributes, "gpu.nvidia.com/numa": 1})
+    assert not matcher.matches(expression, moved)
+    matcher.forget({})
+    assert matcher.matches(expression, devices[0])
+
+
+def test_malformed_slice_is_rejected_with_its_name() -> None:
+    with pytest.raises(InvalidInputError, match="gpu-1-slice"):
+        device_module.devices_from_slice({"metadata": {"name": "gpu-1-slice"}, "spec": {}})
+    bad = {
+        "metadata": {"name": "s"},
+        "spec": {
+            "driver": "d",
+            "pool": {"name": "p"},
+            "devices": [{"name": "x", "attributes": {"numa": {"int": "zero"}}}],
+        },
+    }
+    with pytest.raises(InvalidInputError, match="numa"):
+        device_module.devices_from_slice(bad)

@@ -1,0 +1,42 @@
+"""The repository layout that keeps `import queue` working from the repository root."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_stdlib_queue_is_not_shadowed_from_the_repo_root() -> None:
+    """A `queue/__init__.py` would make `import queue` pick the project folder (seen by uvicorn)."""
+    result = subprocess.run(
+        [sys.executable, "-c", "import queue; queue.Queue(); print(queue.__file__)"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert Path(result.stdout.strip()).parent != ROOT / "queue"
+    assert not (ROOT / "queue" / "__init__.py").exists()
+    assert not (ROOT / "api" / "__init__.py").exists()
+
+
+def test_every_subpackage_on_disk_is_listed_in_pyproject() -> None:
+    """Packages are listed by hand (no discovery without __init__.py); a missing one is lost."""
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    on_disk = {"gangq.queue", "gangq.api"}
+    for top, name in (("queue", "gangq.queue"), ("api", "gangq.api")):
+        for init in (ROOT / top).rglob("__init__.py"):
+            relative = init.parent.relative_to(ROOT / top)
+            on_disk.add(".".join((name, *relative.parts)))
+    assert on_disk == listed
+
+
+def test_both_import_packages_ship_type_information() -> None:
+    assert (ROOT / "queue" / "py.typed").exists()
+    assert (ROOT / "api" / "py.typed").exists()
