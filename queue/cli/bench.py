@@ -6,7 +6,7 @@ import importlib
 from typing import Any
 
 # Each suite module exposes `add_arguments(parser)` and `run(args) -> int`.
-SUITES: tuple[str, ...] = ()
+SUITES: tuple[str, ...] = ("planner", "db")
 
 
 def register(subparsers: Any) -> None:

@@ -97,6 +97,8 @@ def devices_from_slice(resource_slice: Mapping[str, Any]) -> list[Device]:
     node = spec.get("nodeName")
     devices: list[Device] = []
     for raw in spec.get("devices") or []:
+        if not raw.get("name"):
+            raise InvalidInputError(f"ResourceSlice {name!r}: a device has no name")
         attributes = {
             qualify(key, driver=driver): _attribute_value(key, value)
             for key, value in (raw.get("attributes") or {}).items()

@@ -133,3 +133,6 @@ def test_malformed_slice_is_rejected_with_its_name() -> None:
     }
     with pytest.raises(InvalidInputError, match="numa"):
         device_module.devices_from_slice(bad)
+    nameless = {"metadata": {"name": "s"}, "spec": {**bad["spec"], "devices": [{}]}}
+    with pytest.raises(InvalidInputError, match="has no name"):
+        device_module.devices_from_slice(nameless)

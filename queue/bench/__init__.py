@@ -1,0 +1,1 @@
+"""Benchmark suites behind `gangq bench`: synthetic inputs, measured figures."""

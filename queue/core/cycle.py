@@ -1,0 +1,348 @@
+"""The scheduling cycle: the single entry point of the decision core.
+
+It reads a `Snapshot`, decides admissions, preemptions and backfill reservations, and explains
+every job it leaves pending. Pure: no I/O, no clock; the same input gives the same output.
+Phases: (1) validate and order the queue (rule 4); (2) for each job check quota, then placement
+(respecting backfill holds), then preemption, then a reservation for the first blocked job of
+its tier; (3) record an admission, a victim set or a pending reason; (4) number the pending.
+A borrowing job also leaves alone what tenants waiting within nominal are owed (module `owed`):
+without that, a reclaimed gang or the next borrower of a higher tier would take the devices
+back from the reclaimer in the next cycle, and reclaims would repeat forever.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from gangq.queue.core import backfill, explain, ordering, placement, preemptor
+from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core.device import DeviceId
+from gangq.queue.core.errors import SelectorError
+from gangq.queue.core.model import (
+    Admission,
+    BackfillReservation,
+    CycleResult,
+    NodeName,
+    PendingJob,
+    Policy,
+    RunningJob,
+    Snapshot,
+    Tenant,
+    TopologyMode,
+)
+from gangq.queue.core.state import CycleState, Mask, Outcome, Room
+
+
+def run_cycle(
+    *, snapshot: Snapshot, policy: Policy, now: float, matcher: DeviceMatcher
+) -> CycleResult:
+    """Decide one cycle; `now` is unix seconds, `matcher` carries CEL results across cycles."""
+    state = CycleState.build(snapshot, policy=policy, now=now, matcher=matcher)
+    valid: list[PendingJob] = []
+    invalid: list[tuple[PendingJob, explain.PendingReason]] = []
+    checked: dict[tuple[object, ...], explain.PendingReason | None] = {}
+    for job in snapshot.pending:
+        positive = job.replicas > 0 and job.devices_per_replica > 0
+        kind = (job.tier, job.device_class, job.selectors, job.topology, positive)
+        if kind not in checked:
+            checked[kind] = _validate(job, state=state, matcher=matcher)
+        problem = checked[kind]
+        if problem is None:
+            valid.append(job)
+        else:
+            invalid.append((job, problem))
+    _expect_owed(valid, state=state)
+    ranks = {name: tier.rank for name, tier in state.tiers.items()}
+    for job in ordering.in_queue_order(valid, ranks=ranks, shares=state.book):
+        state.order.append(job.key)
+        _decide(job, state=state)
+    for job, problem in sorted(invalid, key=lambda item: (item[0].submitted_at, item[0].uid)):
+        state.order.append(job.key)
+        state.pending[job.key] = problem
+    waiting = [key for key in state.order if key in state.pending]
+    return CycleResult(
+        admissions=tuple(state.admissions),
+        preemptions=tuple(state.preemptions),
+        pending=dict(state.pending),
+        positions={key: index for index, key in enumerate(waiting, start=1)},
+        reservations=tuple(h.reservation for h in state.holds),
+        order=tuple(state.order),
+    )
+
+
+def _validate(
+    job: PendingJob, *, state: CycleState, matcher: DeviceMatcher
+) -> explain.PendingReason | None:
+    """Input a person must fix: the job cannot run however long it waits. The answer depends
+    only on tier, device class, selectors, topology and the counts being positive."""
+    if job.tier not in state.tiers:
+        known = ", ".join(state.tiers)
+        return explain.invalid(f"unknown tier {job.tier!r} (known: {known})")
+    if job.replicas < 1 or job.devices_per_replica < 1:
+        return explain.invalid("replicas and devicesPerReplica must be at least 1")
+    managed = state.policy.managed_device_classes
+    if managed and job.device_class not in managed:
+        return explain.invalid(f"device class {job.device_class!r} is not managed by gangq")
+    device_class = state.snapshot.inventory.device_classes.get(job.device_class)
+    if device_class is None:
+        return explain.invalid(f"device class {job.device_class!r} does not exist")
+    if job.topology.mode is not TopologyMode.NONE and not job.topology.key:
+        return explain.invalid(f"topology mode {job.topology.mode} needs a topology key")
+    try:
+        for expression in (*device_class.selectors, *job.selectors):
+            matcher.program(expression)
+    except SelectorError as error:
+        return explain.invalid(str(error))
+    return None
+
+
+def _expect_owed(valid: list[PendingJob], *, state: CycleState) -> None:
+    """Record the within-nominal demand borrowers must leave room for (module `owed`). Use
+    does not change while this runs, so jobs alike in tenant, class, tier and size share one
+    answer."""
+    book = state.book
+    counts: dict[tuple[str, str, str, int], bool] = {}
+
+    def is_owed(job: PendingJob) -> bool:
+        kind = (job.tenant, job.device_class, job.tier, job.device_count)
+        counted = counts.get(kind)
+        if counted is None:
+            counted = counts[kind] = book.refusal(job) is None and book.is_within_nominal(
+                job.tenant, job.device_class, job.device_count
+            )
+        return counted
+
+    state.owed.expect([job for job in valid if is_owed(job)])
+
+
+def _job_end(job: PendingJob, *, state: CycleState) -> float:
+    tier = state.tiers[job.tier]
+    if job.max_runtime_s is None or tier.long_running:
+        return math.inf
+    return state.now + job.max_runtime_s
+
+
+def _holds_for(job: PendingJob, *, state: CycleState) -> Mask:
+    """Indexes of the reservations the job must respect (rule 5): those starting before it ends."""
+    if not state.holds:
+        return ()
+    end = _job_end(job, state=state)
+    cache_key = (len(state.holds), end)
+    mask = state.masks.get(cache_key)
+    if mask is None:
+        mask = tuple(i for i, h in enumerate(state.holds) if h.reservation.start_at < end)
+        state.masks[cache_key] = mask
+    return mask
+
+
+def _merged(mask: Mask, *, state: CycleState) -> tuple[frozenset[DeviceId], dict[NodeName, Room]]:
+    merged = state.merged_holds.get(mask)
+    if merged is None:
+        merged = backfill.merged([state.holds[i] for i in mask])
+        state.merged_holds[mask] = merged
+    return merged
+
+
+def _decide(job: PendingJob, *, state: CycleState) -> None:
+    """Phase 2 and 3 for one job: quota, placement, then why it is blocked."""
+    refusal = state.book.refusal(job)
+    if refusal is not None:
+        state.pending[job.key] = refusal
+        return
+    shape = placement.Shape.of(job)
+    may_reclaim = state.book.is_within_nominal(job.tenant, job.device_class, job.device_count)
+    mask = _holds_for(job, state=state)
+    fence = None
+    if not may_reclaim and state.owed.to_others(job.tenant, job.device_class):
+        fence = job.tenant
+    if fence is not None and _takes_owed(job, shape, mask, state=state):
+        return
+    verdict_key = (shape, mask, job.tier, job.tenant if may_reclaim or fence else "")
+    verdict = state.verdicts.get(verdict_key)
+    if verdict is not None:
+        state.pending[job.key] = verdict
+        return
+    excluded, held_room = _fenced(mask, fence, device_class=job.device_class, state=state)
+    outcome = _place(shape, mask, fence, state=state)
+    if isinstance(outcome, list):
+        _admit(job, outcome, state=state)
+        return
+    if fence is not None and isinstance(_place(shape, mask, None, state=state), list):
+        state.pending[job.key] = state.verdicts[verdict_key] = _owed_reason(job, state=state)
+        return
+    if mask and isinstance(_place(shape, (), fence, state=state), list):
+        head = state.holds[mask[0]].reservation
+        reason = explain.backfill(head=head.job, start_in_s=head.start_at - state.now)
+        state.pending[job.key] = state.verdicts[verdict_key] = reason
+        return
+    if state.policy.preemption and preemptor.try_preempt(
+        job, shape, state=state, may_reclaim=may_reclaim, excluded=excluded, held_room=held_room
+    ):
+        return
+    reason = _capacity_reason(job, outcome)
+    start = None
+    if state.policy.backfill and job.tier not in state.reserved_tiers:
+        start = _reserve(job, shape, state=state, excluded=excluded, held_room=held_room)
+    if start is None:
+        state.verdicts[verdict_key] = reason
+    else:
+        reason = explain.with_reserved_start(reason, start_in_s=start - state.now)
+    state.pending[job.key] = reason
+
+
+def _fenced(
+    mask: Mask, fence: Tenant | None, *, device_class: str, state: CycleState
+) -> tuple[frozenset[DeviceId], dict[NodeName, Room]]:
+    """What a job must leave alone: the backfill holds in `mask` and, for a borrower of tenant
+    `fence`, the holds of jobs other tenants are owed (module `owed`)."""
+    merged = _merged(mask, state=state)
+    if fence is None:
+        return merged
+    cache_key = (mask, fence, device_class)
+    found = state.fenced.get(cache_key)
+    if found is None:
+        owed_devices, owed_room = state.owed.held_for_others(fence, device_class, pool=state.pool)
+        room = dict(merged[1])
+        for node, (cpu, memory, pods) in owed_room.items():
+            current = room.get(node, (0, 0, 0))
+            room[node] = (current[0] + cpu, current[1] + memory, current[2] + pods)
+        found = state.fenced[cache_key] = (merged[0] | owed_devices, room)
+    return found
+
+
+def _takes_owed(job: PendingJob, shape: placement.Shape, mask: Mask, *, state: CycleState) -> bool:
+    """A borrowing job that would leave fewer free devices than other tenants are owed waits
+    (module `owed`); it may still evict borrowers if that frees enough. True when decided.
+    Such a job gets no backfill reservation: it would hold the owed devices against the very
+    jobs they are owed to. A refusal is remembered for jobs alike while owed and free stay."""
+    owed = state.owed.to_others(job.tenant, job.device_class)
+    free = state.pool.free_count(job.device_class)
+    if free - job.device_count >= owed:
+        return False
+    memo_key = (shape, mask, job.tier, job.tenant, owed, free)
+    known = state.owed_verdicts.get(memo_key)
+    if known is not None:
+        state.pending[job.key] = known
+        return True
+    excluded, held_room = _fenced(mask, job.tenant, device_class=job.device_class, state=state)
+    if state.policy.preemption and preemptor.try_preempt(
+        job, shape, state=state, may_reclaim=False, excluded=excluded, held_room=held_room
+    ):
+        if state.pending[job.key].code is explain.ReasonCode.QUOTA:
+            state.owed_verdicts[memo_key] = state.pending[job.key]
+        return True
+    reason = _owed_reason(job, state=state)
+    state.pending[job.key] = state.owed_verdicts[memo_key] = reason
+    return True
+
+
+def _owed_reason(job: PendingJob, *, state: CycleState) -> explain.PendingReason:
+    return explain.owed(
+        tenant=job.tenant,
+        needed=job.device_count,
+        free=state.pool.free_count(job.device_class),
+        owed=state.owed.to_others(job.tenant, job.device_class),
+        device_class=job.device_class,
+    )
+
+
+def _place(
+    shape: placement.Shape, mask: Mask, fence: Tenant | None, *, state: CycleState
+) -> Outcome:
+    """Placement with a memo of failures: capacity only shrinks during a cycle."""
+    memo_key = (shape, mask, fence)
+    known = state.placements.get(memo_key)
+    if known is not None:
+        return known
+    excluded, held_room = _fenced(mask, fence, device_class=shape.selector[0], state=state)
+    outcome = placement.place(shape, state.pool, excluded=excluded, held_room=held_room)
+    if isinstance(outcome, placement.Shortfall):
+        state.placements[memo_key] = outcome
+    return outcome
+
+
+def _admit(job: PendingJob, choice: placement.Choice, *, state: CycleState) -> None:
+    result = placement.as_placement(choice)
+    borrowed = state.book.borrowed(job.tenant, job.device_class, job.device_count)
+    state.book.charge(job.tenant, job.device_class, job.device_count)
+    state.owed.settle(job)
+    for replica in result:
+        state.pool.take(replica.node, replica.devices, job.pod)
+        state.touched_nodes.add(replica.node)
+    state.admissions.append(Admission(job=job.key, placement=result, borrowed=borrowed))
+    state.admitted.append(
+        RunningJob(
+            key=job.key,
+            uid=job.uid,
+            tenant=job.tenant,
+            tier=job.tier,
+            priority=job.priority,
+            device_class=job.device_class,
+            placement=result,
+            started_at=state.now,
+            max_runtime_s=job.max_runtime_s,
+            borrowed=borrowed,
+            pod=job.pod,
+            submitted_at=job.submitted_at,
+        )
+    )
+
+
+def _capacity_reason(job: PendingJob, outcome: Outcome) -> explain.PendingReason:
+    assert isinstance(outcome, placement.Shortfall)
+    required = job.topology.mode is TopologyMode.REQUIRED
+    return explain.capacity(
+        replicas=job.replicas,
+        devices_per_replica=job.devices_per_replica,
+        device_class=job.device_class,
+        constraints=job.constraints,
+        domain_key=job.topology.key if required else None,
+        usable=outcome.with_room,
+        best_domain=outcome.best_domain,
+        lacking_room=0 if required else outcome.with_devices - outcome.with_room,
+    )
+
+
+def _reserve(
+    job: PendingJob,
+    shape: placement.Shape,
+    *,
+    state: CycleState,
+    excluded: frozenset[DeviceId],
+    held_room: dict[NodeName, backfill.Room],
+) -> float | None:
+    """Phase 2d: the first blocked job of a tier gets its earliest start on concrete nodes."""
+    if shape in state.unreservable:
+        return None
+    required = shape.topology.mode is TopologyMode.REQUIRED
+    if required and shape.replicas > 1 and not state.is_possible(shape):
+        # a gang no single domain can ever hold would sweep every release in vain
+        state.unreservable.add(shape)
+        return None
+    admitted = backfill.releases(state.admitted, tiers=state.tiers, now=state.now)
+    releases = (
+        (end, gang)
+        for end, gang in heapq.merge(
+            state.running_releases(), admitted, key=lambda item: (item[0], item[1].uid)
+        )
+        if gang.key not in state.claimed
+    )
+    found = backfill.earliest_start(
+        shape,
+        pool=state.pool,
+        releases=releases,
+        now=state.now,
+        excluded=excluded,
+        held_room=held_room,
+    )
+    if found is None:
+        state.unreservable.add(shape)
+        return None
+    start, choice = found
+    reservation = BackfillReservation(
+        job=job.key, tier=job.tier, start_at=start, nodes=tuple(node for node, _ in choice)
+    )
+    state.holds.append(backfill.hold(reservation, choice, pool=state.pool, shape=shape))
+    state.reserved_tiers.add(job.tier)
+    return start

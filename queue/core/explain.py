@@ -1,0 +1,135 @@
+"""Pending reasons: why a job waits, in words and numbers a person can act on (rule 10).
+
+Owns the `PendingReason` type, its codes and one builder per kind of reason; the exact texts are
+part of the product (tests pin them). It must not decide anything: callers pass the numbers.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class ReasonCode(enum.StrEnum):
+    """Machine-readable kind of a pending reason, also the prefix of its message."""
+
+    QUOTA = "quota"
+    CAPACITY = "capacity"
+    BACKFILL = "backfill"
+    PREEMPTION = "preemption"
+    INVALID = "invalid"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    """Why a job is still pending; `message` starts with `code` and a colon."""
+
+    code: ReasonCode
+    message: str
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def approximately(seconds: float) -> str:
+    """A short duration for people: ~45s, ~12m, ~3h05m."""
+    whole = max(0, round(seconds))
+    if whole < 60:
+        return f"~{whole}s"
+    if whole < 3600:
+        return f"~{round(whole / 60)}m"
+    hours, rest = divmod(whole, 3600)
+    return f"~{hours}h{rest // 60:02d}m"
+
+
+def _short(name: str) -> str:
+    """`gangq.dev/rack` reads as `rack`, `gpu.nvidia.com/numa` as `numa`."""
+    return name.rpartition("/")[2] or name
+
+
+def invalid(problem: str) -> PendingReason:
+    return PendingReason(ReasonCode.INVALID, f"invalid: {problem}")
+
+
+def tier_not_allowed(*, tenant: str, tier: str, allowed: tuple[str, ...]) -> PendingReason:
+    return PendingReason(
+        ReasonCode.QUOTA,
+        f"quota: tenant {tenant} may not use tier {tier} (allowed: {', '.join(allowed)})",
+    )
+
+
+def quota_exceeded(
+    *, tenant: str, used: int, nominal: int, borrowing_limit: int, needed: int, device_class: str
+) -> PendingReason:
+    return PendingReason(
+        ReasonCode.QUOTA,
+        f"quota: tenant {tenant} uses {used}/{nominal} nominal, borrowing limit "
+        f"{borrowing_limit}, job needs {needed} {device_class}",
+    )
+
+
+def owed(*, tenant: str, needed: int, free: int, owed: int, device_class: str) -> PendingReason:
+    """A borrower may not take devices that tenants under their nominal quota wait for."""
+    return PendingReason(
+        ReasonCode.QUOTA,
+        f"quota: tenant {tenant} would borrow, but {owed} of the {free} free {device_class} are "
+        f"owed to tenants waiting within nominal, job needs {needed}",
+    )
+
+
+def capacity(
+    *,
+    replicas: int,
+    devices_per_replica: int,
+    device_class: str,
+    constraints: tuple[str, ...],
+    domain_key: str | None,
+    usable: int,
+    best_domain: int | None,
+    lacking_room: int,
+) -> PendingReason:
+    """`domain_key` is set for Required topology, where `best_domain` counts usable nodes."""
+    need = f"needs {_plural(replicas, 'node')} with {devices_per_replica} free {device_class}"
+    if constraints:
+        need += " sharing " + ", ".join(_short(name) for name in constraints)
+    if domain_key is not None:
+        domain = _short(domain_key)
+        message = f"capacity: {need} in one {domain}, best {domain} has {best_domain or 0}"
+    else:
+        message = f"capacity: {need}, {usable} {'has' if usable == 1 else 'have'} them"
+    if lacking_room:
+        message += f" ({lacking_room} more lack cpu, memory or pod room)"
+    return PendingReason(ReasonCode.CAPACITY, message)
+
+
+def with_reserved_start(reason: PendingReason, *, start_in_s: float) -> PendingReason:
+    """The head job of a tier keeps its capacity reason and learns when it will start."""
+    return PendingReason(
+        reason.code, f"{reason.message}; reserved start in {approximately(start_in_s)}"
+    )
+
+
+def backfill(*, head: str, start_in_s: float) -> PendingReason:
+    return PendingReason(
+        ReasonCode.BACKFILL,
+        f"backfill: waiting behind {head}, reserved start in {approximately(start_in_s)}",
+    )
+
+
+def preemption(*, victims: tuple[str, ...]) -> PendingReason:
+    shown = ", ".join(victims[:3]) + (f" and {len(victims) - 3} more" if len(victims) > 3 else "")
+    return PendingReason(
+        ReasonCode.PREEMPTION,
+        f"preemption: waiting for {_plural(len(victims), 'gang')} to be evicted ({shown})",
+    )
+
+
+def preempted_by(*, preemptor: str, preemptor_tier: str, victim_tier: str) -> str:
+    """The reason a victim is given when a higher tier needs its devices."""
+    return f"preempted by {preemptor} (tier {preemptor_tier} > {victim_tier})"
+
+
+def reclaimed(*, victim_tenant: str, preemptor: str) -> str:
+    """The reason a borrowing victim is given when another tenant takes its nominal back."""
+    return f"reclaim: tenant {victim_tenant} back under nominal for {preemptor}"

@@ -1,0 +1,309 @@
+"""The vocabulary of the decision core: what a scheduling cycle reads and what it decides.
+
+Every type is a frozen, slotted dataclass so a snapshot can be shared and compared safely.
+Edges (the store, the Kubernetes caches, the API) translate into and out of these types; this
+module holds no behaviour beyond small derived properties and must not import anything with I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import NewType
+
+from gangq.queue.core import explain
+from gangq.queue.core.device import Device, DeviceId
+
+JobKey = NewType("JobKey", str)
+"""`namespace/name` of a TrainingJob: the one name a job has in the store, the API and the core."""
+
+Tenant = NewType("Tenant", str)
+"""A team; namespaces map to it through the namespace label `gangq.dev/tenant`."""
+
+NodeName = NewType("NodeName", str)
+
+
+class TopologyMode(enum.StrEnum):
+    """How strictly all replicas must share one domain of the job's topology key (rule 7)."""
+
+    REQUIRED = "Required"
+    PREFERRED = "Preferred"
+    NONE = "None"
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """A preemption tier; a higher `rank` is more important and may preempt lower ranks."""
+
+    name: str
+    rank: int
+    min_runtime_before_preemption_s: float = 0.0
+    """Protects fresh gangs from thrashing; reclaiming nominal quota ignores it."""
+    long_running: bool = False
+    """Serving tiers never finish by themselves, so backfill must not count on their end."""
+
+
+DEFAULT_TIERS: tuple[Tier, ...] = (
+    Tier("prod-inference", 300, min_runtime_before_preemption_s=0.0, long_running=True),
+    Tier("training", 200, min_runtime_before_preemption_s=600.0),
+    Tier("small", 100, min_runtime_before_preemption_s=60.0),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantQuota:
+    """A tenant's share of one device class (PRODUCT §3); use above `nominal` is borrowed."""
+
+    tenant: Tenant
+    device_class: str
+    nominal: int
+    borrowing_limit: int = 0
+    weight: float = 1.0
+    allowed_tiers: tuple[str, ...] = ()
+    """Tier names this tenant may submit to; empty means every tier."""
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A node taint (`spec.taints[]`)."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod toleration; an empty key with operator Exists tolerates every taint."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorRequirement:
+    """One `matchExpressions` entry: operator In, NotIn, Exists, DoesNotExist, Gt or Lt."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    """Requirements that must all hold; a pod's terms are ORed."""
+
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequirements:
+    """What one replica's pod needs from its node besides devices (from the pod template)."""
+
+    cpu_milli: int = 0
+    memory_bytes: int = 0
+    tolerations: tuple[Toleration, ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = ()
+    """Sorted (label, value) pairs; a tuple keeps the type hashable for per-cycle caches."""
+    required_node_affinity: tuple[NodeSelectorTerm, ...] = ()
+    """`requiredDuringSchedulingIgnoredDuringExecution` terms; empty means no constraint."""
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A Kubernetes node with what is left for gangq pods after the pods gangq did not make."""
+
+    name: NodeName
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+    taints: tuple[Taint, ...] = ()
+    ready: bool = True
+    unschedulable: bool = False
+    """`spec.unschedulable` (cordoned)."""
+    allocatable_cpu_milli: int = 0
+    allocatable_memory_bytes: int = 0
+    allocatable_pods: int = 110
+    requested_cpu_milli: int = 0
+    """Requested by pods bound here that do not belong to a gangq job."""
+    requested_memory_bytes: int = 0
+    pod_count: int = 0
+
+    @property
+    def is_schedulable(self) -> bool:
+        return self.ready and not self.unschedulable
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClass:
+    """A DeviceClass: its CEL selectors must all accept a device for the class to include it."""
+
+    name: str
+    selectors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    """Everything allocatable in the cluster, as the watch caches see it at one instant."""
+
+    nodes: Mapping[NodeName, Node] = field(default_factory=dict, hash=False)
+    devices: Mapping[DeviceId, Device] = field(default_factory=dict, hash=False)
+    device_classes: Mapping[str, DeviceClass] = field(default_factory=dict, hash=False)
+    held_by_others: frozenset[DeviceId] = frozenset()
+    """Allocated by ResourceClaims gangq did not make: used, never free (PRODUCT §3)."""
+    topology_keys: tuple[str, ...] = ()
+    """Node label keys that define topology domains (rack, zone, clique), for reports."""
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """The job's `topology` stanza; `key` is a node label key such as `gangq.dev/rack`."""
+
+    key: str = ""
+    mode: TopologyMode = TopologyMode.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    """A queued gang: `replicas` x `devices_per_replica`, admitted all-or-nothing (rule 2)."""
+
+    key: JobKey
+    uid: str
+    tenant: Tenant
+    tier: str
+    priority: int = 0
+    replicas: int = 1
+    devices_per_replica: int = 1
+    device_class: str = ""
+    selectors: tuple[str, ...] = ()
+    constraints: tuple[str, ...] = ()
+    """Qualified `matchAttribute` names shared by all devices of one replica."""
+    topology: Topology = Topology()
+    pod: PodRequirements = PodRequirements()
+    submitted_at: float = 0.0
+    max_runtime_s: float | None = None
+    """Upper bound of the run (the job is stopped past it); None means it never ends by itself."""
+
+    @property
+    def device_count(self) -> int:
+        return self.replicas * self.devices_per_replica
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPlacement:
+    """The node and exact devices of one replica."""
+
+    replica: int
+    node: NodeName
+    devices: tuple[DeviceId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A gang that holds devices: admitted (reserved) or running. `started_at` is the admission
+    time until its pods start, then their start time."""
+
+    key: JobKey
+    uid: str
+    tenant: Tenant
+    tier: str
+    priority: int
+    device_class: str
+    placement: tuple[ReplicaPlacement, ...]
+    started_at: float
+    max_runtime_s: float | None = None
+    borrowed: int = 0
+    """Devices of this gang counted above its tenant's nominal quota (rule 3)."""
+    is_evicting: bool = False
+    """Already chosen as a victim: its devices are coming free and count as such (rule 6)."""
+    pod: PodRequirements = PodRequirements()
+    submitted_at: float = 0.0
+
+    @property
+    def device_count(self) -> int:
+        return sum(len(replica.devices) for replica in self.placement)
+
+    @property
+    def ends_at(self) -> float | None:
+        """When the gang is stopped at the latest; None for a gang without a runtime bound."""
+        if self.max_runtime_s is None:
+            return None
+        return self.started_at + self.max_runtime_s
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A decision to admit `job` on exactly these devices; `borrowed` devices exceed nominal."""
+
+    job: JobKey
+    placement: tuple[ReplicaPlacement, ...]
+    borrowed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """A whole gang to evict (rule 6: whole gangs only) and the reason shown to its owner."""
+
+    job: JobKey
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """`job` stays pending until these victims are gone; then a later cycle admits it. No
+    victims means gangs already being evicted free enough: the job only waits for them."""
+
+    job: JobKey
+    victims: tuple[Victim, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillReservation:
+    """The earliest start of the first blocked job of a tier, on concrete nodes (rule 5)."""
+
+    job: JobKey
+    tier: str
+    start_at: float
+    """Unix seconds; an ETA is `start_at - now`."""
+    nodes: tuple[NodeName, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The whole input of one cycle: inventory, quotas, gangs holding devices, the queue."""
+
+    inventory: Inventory
+    quotas: tuple[TenantQuota, ...] = ()
+    running: tuple[RunningJob, ...] = ()
+    pending: tuple[PendingJob, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Cluster-wide knobs of the cycle."""
+
+    tiers: tuple[Tier, ...] = DEFAULT_TIERS
+    managed_device_classes: tuple[str, ...] = ()
+    """DeviceClass names gangq allocates; a job asking for another class is invalid."""
+    topology_keys: tuple[str, ...] = ("gangq.dev/rack",)
+    """Topology label keys; placement keeps whole domains of the first one free for big gangs."""
+    preemption: bool = True
+    backfill: bool = True
+    preemption_search_steps: int = 3_000
+    """Candidate gangs all victim searches of one cycle may examine; jobs whose search is cut
+    short keep a capacity reason and are searched again in the next cycle."""
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    """The decisions of one cycle; every pending job that is not admitted has a reason."""
+
+    admissions: tuple[Admission, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    pending: Mapping[JobKey, explain.PendingReason] = field(default_factory=dict, hash=False)
+    positions: Mapping[JobKey, int] = field(default_factory=dict, hash=False)
+    """1-based place among the jobs still pending, in queue order (rule 4)."""
+    reservations: tuple[BackfillReservation, ...] = ()
+    order: tuple[JobKey, ...] = ()
+    """Every pending job of the snapshot in the order the cycle considered them."""

@@ -1,0 +1,281 @@
+"""The per-cycle pool of free devices and node room, indexed for fast placement.
+
+Owns the mutable state one cycle works on: which devices are free, how much CPU, memory and pod
+room each node has left for gangq pods, and per selector (device class + job selectors) the free
+matching devices of each node bucketed by count, so a job never scans every device. Built fresh
+from the snapshot each cycle; it decides nothing, it only answers and records.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+
+from gangq.queue.core import fit
+from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core.device import Device, DeviceId
+from gangq.queue.core.model import Inventory, NodeName, PodRequirements, RunningJob
+
+SelectorKey = tuple[str, tuple[str, ...]]
+"""(device class name, job selectors): the unit of matching that views are cached by."""
+Held = tuple[NodeName, tuple[Device, ...]]
+"""One replica of a running gang: its node and its devices that match a selector key."""
+
+
+def _by_name(device: Device) -> str:
+    return device.name
+
+
+PREFERENCE_WINDOW = 16
+"""Nodes of one bucket ranked by how used their domain is; ranking a whole bucket of a big,
+empty cluster for every job would cost more than the fragmentation it saves."""
+
+
+class FreeView:
+    """Free devices that match one selector key, per node, with nodes bucketed by free count
+    and free devices counted per topology domain."""
+
+    __slots__ = ("buckets", "by_node", "domain_free", "domain_of")
+
+    def __init__(
+        self, by_node: dict[NodeName, list[Device]], *, domain_of: dict[NodeName, str]
+    ) -> None:
+        self.by_node = by_node
+        self.domain_of = domain_of
+        size = max((len(devices) for devices in by_node.values()), default=0) + 1
+        self.buckets: list[dict[NodeName, None]] = [{} for _ in range(size)]
+        self.domain_free: dict[str, int] = {}
+        for node, devices in by_node.items():
+            self.buckets[len(devices)][node] = None
+            domain = domain_of.get(node, "")
+            self.domain_free[domain] = self.domain_free.get(domain, 0) + len(devices)
+
+    def nodes_with_at_least(self, count: int) -> Iterator[NodeName]:
+        """Nodes with `count` or more free matching devices: fewest first (best fit). In the
+        bucket of the emptiest nodes the first few go by most used domain, so whole domains
+        stay free for big gangs."""
+        last = len(self.buckets) - 1
+        for size in range(max(count, 1), last + 1):
+            bucket = self.buckets[size]
+            if size < last or len(bucket) <= 1:
+                yield from bucket
+                continue
+            domain_free, domain_of = self.domain_free, self.domain_of
+            head = list(itertools.islice(bucket, PREFERENCE_WINDOW))
+            head.sort(key=lambda node: (domain_free.get(domain_of.get(node, ""), 0), node))
+            yield from head
+            yield from itertools.islice(bucket, PREFERENCE_WINDOW, None)
+
+    def remove(self, node: NodeName, taken: set[int]) -> None:
+        """Drop the devices whose `id()` is in `taken` (identity: cheaper than DeviceId)."""
+        devices = self.by_node.get(node)
+        if devices is None:
+            return
+        kept = [device for device in devices if id(device) not in taken]
+        if len(kept) == len(devices):
+            return
+        del self.buckets[len(devices)][node]
+        domain = self.domain_of.get(node, "")
+        self.domain_free[domain] -= len(devices) - len(kept)
+        if kept:
+            self.by_node[node] = kept
+            self.buckets[len(kept)][node] = None
+        else:
+            del self.by_node[node]
+
+
+class Pool:
+    """Free devices and node room of one cycle; `take` records what an admission uses."""
+
+    def __init__(
+        self,
+        *,
+        inventory: Inventory,
+        running: Sequence[RunningJob],
+        matcher: DeviceMatcher,
+        domain_key: str | None = None,
+    ) -> None:
+        """`domain_key` is the node label whose domains best fit fills first (none: nodes
+        only)."""
+        self.inventory = inventory
+        self.matcher = matcher
+        held = {
+            device for job in running for replica in job.placement for device in replica.devices
+        }
+        self.free_by_node: dict[NodeName, list[Device]] = {}
+        self.free: set[DeviceId] = set()
+        self._free_ids: dict[int, DeviceId] = {}
+        """`id()` of each free device -> its DeviceId, to skip rebuilding the id string."""
+        for device_id, device in inventory.devices.items():
+            if (
+                device.node is None
+                or device.node not in inventory.nodes
+                or device_id in held
+                or device_id in inventory.held_by_others
+                or device.is_tainted
+            ):
+                continue
+            self.free_by_node.setdefault(NodeName(device.node), []).append(device)
+            self.free.add(device_id)
+            self._free_ids[id(device)] = device_id
+        for devices in self.free_by_node.values():
+            devices.sort(key=_by_name)
+        self.free_by_node = dict(sorted(self.free_by_node.items()))
+        self.headroom: dict[NodeName, list[int]] = {
+            name: [
+                node.allocatable_cpu_milli - node.requested_cpu_milli,
+                node.allocatable_memory_bytes - node.requested_memory_bytes,
+                node.allocatable_pods - node.pod_count,
+            ]
+            for name, node in inventory.nodes.items()
+        }
+        for job in running:
+            for replica in job.placement:
+                self._charge(replica.node, job.pod, sign=1)
+        self._accepted: dict[tuple[PodRequirements, NodeName], bool] = {}
+        self._views: dict[SelectorKey, FreeView] = {}
+        self.domain_of: dict[NodeName, str] = {
+            name: node.labels.get(domain_key, "") if domain_key else ""
+            for name, node in inventory.nodes.items()
+        }
+        self._expressions: dict[SelectorKey, tuple[str, ...]] = {}
+        self._unknown: set[SelectorKey] = set()
+        self._capable: dict[tuple[SelectorKey, int], frozenset[NodeName]] = {}
+        self._matching_per_node: dict[SelectorKey, dict[NodeName, int]] = {}
+        self._answers: dict[SelectorKey, dict[DeviceId, bool]] = {}
+        self._held: dict[tuple[SelectorKey, str], tuple[Held, ...]] = {}
+
+    def _charge(self, node: NodeName, pod: PodRequirements, *, sign: int) -> None:
+        room = self.headroom.get(node)
+        if room is not None:
+            room[0] -= sign * pod.cpu_milli
+            room[1] -= sign * pod.memory_bytes
+            room[2] -= sign
+
+    def is_matching(self, key: SelectorKey, device: Device) -> bool:
+        """Device class selectors and job selectors all accept the device."""
+        return self._is_matching(key, device, device_id=device.id)
+
+    def _is_matching(self, key: SelectorKey, device: Device, *, device_id: DeviceId) -> bool:
+        """One answer per (selector key, device) per cycle, looked up by id: cheaper than
+        asking the matcher again, which must check that the device did not change."""
+        answers = self._answers.get(key)
+        if answers is None:
+            answers = self._answers[key] = {}
+        answer = answers.get(device_id)
+        if answer is None:
+            answer = answers[device_id] = self._evaluate(key, device, device_id=device_id)
+        return answer
+
+    def _evaluate(self, key: SelectorKey, device: Device, *, device_id: DeviceId) -> bool:
+        expressions = self._expressions.get(key)
+        if expressions is None:
+            device_class = self.inventory.device_classes.get(key[0])
+            expressions = (*device_class.selectors, *key[1]) if device_class else ()
+            self._expressions[key] = expressions
+            if device_class is None:
+                self._unknown.add(key)
+        if key in self._unknown:
+            return False
+        return self.matcher.matches_all(expressions, device, device_id=device_id)
+
+    def held_matching(self, key: SelectorKey, job: RunningJob) -> tuple[Held, ...]:
+        """Per replica node of a gang, its devices that match `key` (cached for the cycle)."""
+        cache_key = (key, job.key)
+        held = self._held.get(cache_key)
+        if held is None:
+            devices = self.inventory.devices
+            held = tuple(
+                (
+                    replica.node,
+                    tuple(
+                        devices[d]
+                        for d in replica.devices
+                        if d in devices and self._is_matching(key, devices[d], device_id=d)
+                    ),
+                )
+                for replica in job.placement
+                if replica.node in self.headroom
+            )
+            self._held[cache_key] = held
+        return held
+
+    def matching_count(self, key: SelectorKey, node: NodeName) -> int:
+        """Untainted devices on the node that match `key`, free or not."""
+        self.capable_nodes(key, 1)
+        return self._matching_per_node[key].get(node, 0)
+
+    def capable_nodes(self, key: SelectorKey, count: int) -> frozenset[NodeName]:
+        """Nodes with at least `count` matching untainted devices, free or not: the only nodes
+        a job could ever use, however many gangs left."""
+        cache_key = (key, count)
+        found = self._capable.get(cache_key)
+        if found is None:
+            per_node = self._matching_per_node.get(key)
+            if per_node is None:
+                per_node = self._matching_per_node[key] = {}
+                for device_id, device in self.inventory.devices.items():
+                    if (
+                        device.node is not None
+                        and not device.is_tainted
+                        and self._is_matching(key, device, device_id=device_id)
+                    ):
+                        node = NodeName(device.node)
+                        per_node[node] = per_node.get(node, 0) + 1
+            found = frozenset(n for n, c in per_node.items() if c >= count)
+            self._capable[cache_key] = found
+        return found
+
+    def view(self, key: SelectorKey) -> FreeView:
+        view = self._views.get(key)
+        if view is None:
+            by_node: dict[NodeName, list[Device]] = {}
+            ids = self._free_ids
+            for node, devices in self.free_by_node.items():
+                matching = [
+                    device
+                    for device in devices
+                    if self._is_matching(key, device, device_id=ids[id(device)])
+                ]
+                if matching:
+                    by_node[node] = matching
+            view = FreeView(by_node, domain_of=self.domain_of)
+            self._views[key] = view
+        return view
+
+    def free_count(self, device_class: str) -> int:
+        """Free devices the device class matches, whatever the job selectors."""
+        return sum(self.view((device_class, ())).domain_free.values())
+
+    def is_accepted(self, node: NodeName, pod: PodRequirements) -> bool:
+        """Labels, taints and state allow the pod on the node (cached: static in a cycle)."""
+        cache_key = (pod, node)
+        accepted = self._accepted.get(cache_key)
+        if accepted is None:
+            accepted = fit.is_accepted(self.inventory.nodes[node], pod)
+            self._accepted[cache_key] = accepted
+        return accepted
+
+    def has_room(self, node: NodeName, pod: PodRequirements, *, extra: Sequence[int] = ()) -> bool:
+        """CPU, memory and pod count left on the node (plus `extra` freed in a what-if)."""
+        room = self.headroom[node]
+        cpu, memory, pods = (
+            (room[0] + extra[0], room[1] + extra[1], room[2] + extra[2]) if extra else room
+        )
+        return cpu >= pod.cpu_milli and memory >= pod.memory_bytes and pods >= 1
+
+    def take(self, node: NodeName, devices: Iterable[DeviceId], pod: PodRequirements) -> None:
+        """Record that one replica uses these devices and this room from now on in the cycle."""
+        taken_ids = set(devices)
+        self.free -= taken_ids
+        known = self.inventory.devices
+        taken = {id(known[device]) for device in taken_ids if device in known}
+        current = self.free_by_node.get(node, [])
+        kept = [device for device in current if id(device) not in taken]
+        if kept:
+            self.free_by_node[node] = kept
+        else:
+            self.free_by_node.pop(node, None)
+        for view in self._views.values():
+            view.remove(node, taken)
+        self._charge(node, pod, sign=1)

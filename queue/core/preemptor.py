@@ -1,0 +1,235 @@
+"""The preemption phase of the cycle: which gangs a blocked job may evict, and holding the
+place it will get once they are gone (rule 6).
+
+Victim choice itself is `preemption.select_victims`; this module feeds it candidates in an
+order that keeps searches short (by domain for Required topology, by node for one replica) and
+records the outcome in the cycle state. No I/O.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+from gangq.queue.core import explain, placement, preemption
+from gangq.queue.core.device import DeviceId
+from gangq.queue.core.model import (
+    NodeName,
+    PendingJob,
+    Preemption,
+    RunningJob,
+    Topology,
+    TopologyMode,
+    Victim,
+)
+from gangq.queue.core.state import CycleState, Room
+
+
+def try_preempt(
+    job: PendingJob,
+    shape: placement.Shape,
+    *,
+    state: CycleState,
+    may_reclaim: bool,
+    excluded: frozenset[DeviceId],
+    held_room: dict[NodeName, Room],
+) -> bool:
+    """Phase 2c: find victims; on success hold the job's place for the rest of the cycle.
+    True when the job's pending reason is recorded: victims held, or (for a borrower) found
+    victims that would not leave the devices owed to tenants within nominal."""
+    tier = state.tiers[job.tier]
+    rights = preemption.Rights(job=job, rank=tier.rank, tier=tier.name, may_reclaim=may_reclaim)
+    memo_key = (shape, tier.rank, job.tenant if may_reclaim else "")
+    if memo_key in state.unpreemptable or state.budget.is_exhausted:
+        return False
+    if not state.is_possible(shape):
+        state.unpreemptable.add(memo_key)
+        return False
+    claimed, tiers, now = state.claimed, state.tiers, state.now
+
+    def eligible(gangs: list[RunningJob]) -> Iterator[RunningJob]:
+        for gang in gangs:
+            if gang.key not in claimed and preemption.is_eligible(
+                gang, rights=rights, tiers=tiers, now=now
+            ):
+                yield gang
+
+    evicting = [g for g in state.evicting(job.device_class) if g.key not in claimed]
+    found = None
+    plan = _search_plan(shape, state=state)
+    if evicting:
+        # gangs already leaving may be enough on their own: then nobody else is evicted
+        plan = itertools.chain([(shape, [], None)], plan)
+    for search_shape, gangs, scope in plan:
+        found = preemption.select_victims(
+            search_shape,
+            scope=scope,
+            pool=state.pool,
+            candidates=eligible(gangs),
+            coming_free=evicting,
+            excluded=excluded,
+            held_room=held_room,
+            budget=state.budget,
+        )
+        if found is not None or state.budget.is_exhausted:
+            break
+    if found is None:
+        if not state.budget.is_exhausted:
+            state.unpreemptable.add(memo_key)
+        return False
+    victims, choice = found
+    awaited = _awaited(choice, evicting=evicting)
+    if not may_reclaim and _takes_owed(job, leaving=[*victims, *awaited], state=state):
+        return True
+    _hold_for_preemptor(job, choice, victims=victims, awaited=awaited, state=state)
+    reasons = (preemption.victim_reason(v, rights=rights, tiers=tiers, now=now) for v in victims)
+    state.preemptions.append(
+        Preemption(
+            job=job.key,
+            victims=tuple(Victim(v.key, r or "") for v, r in zip(victims, reasons, strict=True)),
+        )
+    )
+    return True
+
+
+def _search_plan(
+    shape: placement.Shape, *, state: CycleState
+) -> Iterator[tuple[placement.Shape, list[RunningJob], frozenset[NodeName] | None]]:
+    """Candidate groups (and the nodes they concern) to search in turn: one domain at a time
+    for topology (Preferred tries whole domains before the cluster), one node at a time for
+    one replica, else the whole cluster."""
+    mode = shape.topology.mode
+    if mode is not TopologyMode.NONE and shape.replicas > 1:
+        in_domain = shape._replace(topology=Topology(shape.topology.key, TopologyMode.REQUIRED))
+        capable = state.pool.capable_nodes(shape.selector, shape.devices_per_replica)
+        for gangs, nodes in _victims_by_promise(in_domain, state=state):
+            usable = [n for n in nodes & capable if not _is_spoiled(n, shape, state=state)]
+            if len(usable) >= shape.replicas:
+                yield in_domain, gangs, nodes
+        if mode is TopologyMode.REQUIRED:
+            return
+    if shape.replicas == 1:
+        for gangs, nodes in _victims_by_node(shape, state=state):
+            if not any(_is_spoiled(node, shape, state=state) for node in nodes):
+                yield shape, gangs, nodes
+        return
+    yield shape, state.victims_in_order(shape.selector[0]), None
+
+
+Group = tuple[list[RunningJob], frozenset[NodeName]]
+"""Victim candidates in victim order, and the nodes a search over them should look at."""
+
+
+def _is_spoiled(node: NodeName, shape: placement.Shape, *, state: CycleState) -> bool:
+    """This cycle already gave some of the node's devices away (an admission or a preemptor),
+    and the shape needs every matching device the node has: no eviction can help there."""
+    return node in state.touched_nodes and shape.devices_per_replica >= state.pool.matching_count(
+        shape.selector, node
+    )
+
+
+def _victims_by_promise(shape: placement.Shape, *, state: CycleState) -> list[Group]:
+    """Required topology: victims grouped by domain, the domains with the most free matching
+    devices first, so a search usually ends in its first domain instead of sweeping them all.
+    The order is computed once per cycle and shape (it only guides the search)."""
+    cache_key = (shape.selector, shape.devices_per_replica, shape.replicas, shape.topology.key)
+    cached = state.domain_orders.get(cache_key)
+    if cached is not None:
+        return cached
+    key, nodes = shape.topology.key, state.snapshot.inventory.nodes
+    free: dict[str, int] = {}
+    for node, devices in state.pool.view(shape.selector).by_node.items():
+        domain = nodes[node].labels.get(key)
+        if domain is not None:
+            free[domain] = free.get(domain, 0) + len(devices)
+    capable: dict[str, int] = {}
+    for node in state.pool.capable_nodes(shape.selector, shape.devices_per_replica):
+        domain = nodes[node].labels.get(key)
+        if domain is not None:
+            capable[domain] = capable.get(domain, 0) + 1
+    by_domain = state.victims_by_domain(shape.selector[0], key)
+    order = sorted(
+        (d for d in by_domain if capable.get(d, 0) >= shape.replicas),
+        key=lambda domain: (-free.get(domain, 0), domain),
+    )
+    members = state.domain_members(key)
+    groups = [(by_domain[domain], members[domain]) for domain in order]
+    state.domain_orders[cache_key] = groups
+    return groups
+
+
+def _victims_by_node(shape: placement.Shape, *, state: CycleState) -> list[Group]:
+    """One replica: victims grouped by node, nodes with the lowest tiers to disturb first, then
+    the most free matching devices; a search ends on its first usable node instead of sweeping
+    the cluster. The order is computed once per cycle and shape (it only guides the search)."""
+    cache_key = (shape.selector, shape.devices_per_replica)
+    cached = state.node_orders.get(cache_key)
+    if cached is not None:
+        # nodes whose gangs are all claimed stay so for the rest of the cycle: drop them
+        exhausted = 0
+        while exhausted < len(cached) and all(g.key in state.claimed for g in cached[exhausted][0]):
+            exhausted += 1
+        del cached[:exhausted]
+        return cached
+    view = state.pool.view(shape.selector)
+    by_node = state.victims_by_node(shape.selector[0])
+    capable = state.pool.capable_nodes(shape.selector, shape.devices_per_replica)
+
+    def promise(node: NodeName) -> tuple[int, int, str]:
+        ranks = [state.tiers[g.tier].rank if g.tier in state.tiers else 0 for g in by_node[node]]
+        return (max(ranks, default=0), -len(view.by_node.get(node, ())), node)
+
+    order = sorted((n for n in by_node if n in capable), key=promise)
+    groups = [(by_node[node], frozenset((node,))) for node in order]
+    state.node_orders[cache_key] = groups
+    return groups
+
+
+def _awaited(choice: placement.Choice, *, evicting: list[RunningJob]) -> list[RunningJob]:
+    """The gangs already evicting whose devices the preemptor's placement uses."""
+    used = {device.id for _, devices in choice for device in devices}
+    return [
+        gang
+        for gang in evicting
+        if any(d in used for replica in gang.placement for d in replica.devices)
+    ]
+
+
+def _takes_owed(job: PendingJob, *, leaving: list[RunningJob], state: CycleState) -> bool:
+    """A borrowing preemptor must, once `leaving` is gone, still leave free what tenants within
+    nominal are owed, counting the gangs it evicts from them: else it could not get the
+    devices it evicts for, and the victims would evict it back. Records the reason if so."""
+    free = state.pool.free_count(job.device_class)
+    coming = sum(g.device_count for g in leaving if g.device_class == job.device_class)
+    owed = state.owed.to_others(job.tenant, job.device_class, evicted=leaving)
+    if free + coming - job.device_count >= owed:
+        return False
+    state.pending[job.key] = explain.owed(
+        tenant=job.tenant,
+        needed=job.device_count,
+        free=free + coming,
+        owed=owed,
+        device_class=job.device_class,
+    )
+    return True
+
+
+def _hold_for_preemptor(
+    job: PendingJob,
+    choice: placement.Choice,
+    *,
+    victims: tuple[RunningJob, ...],
+    awaited: list[RunningJob],
+    state: CycleState,
+) -> None:
+    """The devices the preemptor will get stay off limits to later jobs of this cycle."""
+    state.claimed.update(v.key for v in victims)
+    state.claimed.update(g.key for g in awaited)
+    state.touched_nodes.update(node for node, _ in choice)
+    for node, devices in choice:
+        state.pool.take(node, [d.id for d in devices if d.id in state.pool.free], job.pod)
+    state.book.charge(job.tenant, job.device_class, job.device_count)
+    state.owed.settle(job)
+    state.pending[job.key] = explain.preemption(
+        victims=tuple(v.key for v in victims) or tuple(g.key for g in awaited)
+    )

@@ -1,0 +1,191 @@
+"""The state one scheduling cycle accumulates, and its lazily built indexes of running gangs.
+
+Owns nothing but bookkeeping: the pool, the quota ledger, decisions taken so far, memos of
+failed searches, and victim lists sorted once per cycle. It decides nothing itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gangq.queue.core import backfill, explain, ordering, placement, preemption
+from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core.device import DeviceId
+from gangq.queue.core.model import (
+    Admission,
+    JobKey,
+    NodeName,
+    Policy,
+    Preemption,
+    RunningJob,
+    Snapshot,
+    Tenant,
+    Tier,
+)
+from gangq.queue.core.owed import OwedDemand
+from gangq.queue.core.pool import Pool, SelectorKey
+from gangq.queue.core.quota import QuotaBook
+
+Outcome = placement.Choice | placement.Shortfall
+Mask = tuple[int, ...]
+"""Indexes into the cycle's backfill holds that a job must respect."""
+Room = backfill.Room
+
+
+@dataclass(slots=True)
+class CycleState:
+    """Everything one cycle accumulates; lives only for the duration of `run_cycle`."""
+
+    snapshot: Snapshot
+    policy: Policy
+    now: float
+    pool: Pool
+    book: QuotaBook
+    tiers: dict[str, Tier]
+    budget: preemption.SearchBudget
+    owed: OwedDemand
+    admissions: list[Admission] = field(default_factory=list)
+    admitted: list[RunningJob] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    pending: dict[JobKey, explain.PendingReason] = field(default_factory=dict)
+    order: list[JobKey] = field(default_factory=list)
+    holds: list[backfill.Hold] = field(default_factory=list)
+    reserved_tiers: set[str] = field(default_factory=set)
+    claimed: set[JobKey] = field(default_factory=set)
+    """Gangs whose devices a preemptor of this cycle counts on (victims or evicting)."""
+    touched_nodes: set[NodeName] = field(default_factory=set)
+    """Nodes where this cycle admitted a job or holds devices for a preemptor."""
+    placements: dict[tuple[placement.Shape, Mask, Tenant | None], placement.Shortfall] = field(
+        default_factory=dict
+    )
+    fenced: dict[tuple[Mask, Tenant, str], tuple[frozenset[DeviceId], dict[NodeName, Room]]] = (
+        field(default_factory=dict)
+    )
+    """Backfill holds plus what a borrower must leave to other tenants' owed jobs."""
+    owed_verdicts: dict[
+        tuple[placement.Shape, Mask, str, Tenant, int, int], explain.PendingReason
+    ] = field(default_factory=dict)
+    """Borrowers refused for what others are owed, by shape, holds, tier, tenant, owed, free."""
+    masks: dict[tuple[int, float], Mask] = field(default_factory=dict)
+    """Holds in force by (number of holds so far, job end): jobs share a few runtimes."""
+    merged_holds: dict[Mask, tuple[frozenset[DeviceId], dict[NodeName, Room]]] = field(
+        default_factory=dict
+    )
+    verdicts: dict[tuple[placement.Shape, Mask, str, str], explain.PendingReason] = field(
+        default_factory=dict
+    )
+    _running_releases: list[tuple[float, RunningJob]] | None = None
+    unpreemptable: set[tuple[placement.Shape, int, str]] = field(default_factory=set)
+    unreservable: set[placement.Shape] = field(default_factory=set)
+    _victims_by_class: dict[str, list[RunningJob]] | None = None
+    _evicting: dict[str, list[RunningJob]] | None = None
+    _victims_by_domain: dict[tuple[str, str], dict[str, list[RunningJob]]] = field(
+        default_factory=dict
+    )
+    _victims_by_node: dict[str, dict[NodeName, list[RunningJob]]] = field(default_factory=dict)
+    node_orders: dict[
+        tuple[SelectorKey, int], list[tuple[list[RunningJob], frozenset[NodeName]]]
+    ] = field(default_factory=dict)
+    domain_orders: dict[
+        tuple[SelectorKey, int, int, str], list[tuple[list[RunningJob], frozenset[NodeName]]]
+    ] = field(default_factory=dict)
+    _domain_members: dict[str, dict[str, frozenset[NodeName]]] = field(default_factory=dict)
+    _possible: dict[placement.Shape, bool] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls, snapshot: Snapshot, *, policy: Policy, now: float, matcher: DeviceMatcher
+    ) -> CycleState:
+        pool = Pool(
+            inventory=snapshot.inventory,
+            running=snapshot.running,
+            matcher=matcher,
+            domain_key=policy.topology_keys[0] if policy.topology_keys else None,
+        )
+        book = QuotaBook(quotas=snapshot.quotas, running=snapshot.running)
+        tiers = {tier.name: tier for tier in policy.tiers}
+        budget = preemption.SearchBudget(steps=policy.preemption_search_steps)
+        return cls(
+            snapshot=snapshot,
+            policy=policy,
+            now=now,
+            pool=pool,
+            book=book,
+            tiers=tiers,
+            budget=budget,
+            owed=OwedDemand(book=book),
+        )
+
+    def is_possible(self, shape: placement.Shape) -> bool:
+        """`placement.is_possible`, remembered: capability does not change within a cycle."""
+        known = self._possible.get(shape)
+        if known is None:
+            known = self._possible[shape] = placement.is_possible(shape, self.pool)
+        return known
+
+    def victims_in_order(self, device_class: str) -> list[RunningJob]:
+        """Gangs of the class that are not evicting yet, in victim order (sorted once)."""
+        if self._victims_by_class is None:
+            ranks = {name: tier.rank for name, tier in self.tiers.items()}
+            self._victims_by_class = {}
+            for gang in sorted(
+                self.snapshot.running, key=lambda job: ordering.victim_order_key(job, ranks=ranks)
+            ):
+                if not gang.is_evicting:
+                    self._victims_by_class.setdefault(gang.device_class, []).append(gang)
+        return self._victims_by_class.get(device_class, [])
+
+    def victims_by_domain(self, device_class: str, key: str) -> dict[str, list[RunningJob]]:
+        """`victims_in_order` split by the topology domains (label `key`) the gangs touch."""
+        cache_key = (device_class, key)
+        found = self._victims_by_domain.get(cache_key)
+        if found is None:
+            nodes = self.snapshot.inventory.nodes
+            found = {}
+            for gang in self.victims_in_order(device_class):
+                domains = {nodes[r.node].labels.get(key) for r in gang.placement if r.node in nodes}
+                for domain in sorted(d for d in domains if d is not None):
+                    found.setdefault(domain, []).append(gang)
+            self._victims_by_domain[cache_key] = found
+        return found
+
+    def victims_by_node(self, device_class: str) -> dict[NodeName, list[RunningJob]]:
+        """`victims_in_order` split by the nodes the gangs hold devices on."""
+        found = self._victims_by_node.get(device_class)
+        if found is None:
+            found = {}
+            for gang in self.victims_in_order(device_class):
+                for node in sorted({r.node for r in gang.placement}):
+                    found.setdefault(node, []).append(gang)
+            self._victims_by_node[device_class] = found
+        return found
+
+    def domain_members(self, key: str) -> dict[str, frozenset[NodeName]]:
+        """The nodes of every domain of topology label `key`."""
+        found = self._domain_members.get(key)
+        if found is None:
+            members: dict[str, set[NodeName]] = {}
+            for name, node in self.snapshot.inventory.nodes.items():
+                domain = node.labels.get(key)
+                if domain is not None:
+                    members.setdefault(domain, set()).add(name)
+            found = {domain: frozenset(nodes) for domain, nodes in members.items()}
+            self._domain_members[key] = found
+        return found
+
+    def evicting(self, device_class: str) -> list[RunningJob]:
+        """Gangs of the class already being evicted: capacity that is coming free (rule 6)."""
+        if self._evicting is None:
+            self._evicting = {}
+            for gang in self.snapshot.running:
+                if gang.is_evicting:
+                    self._evicting.setdefault(gang.device_class, []).append(gang)
+        return self._evicting.get(device_class, [])
+
+    def running_releases(self) -> list[tuple[float, RunningJob]]:
+        """Snapshot gangs by the time they free their devices (sorted once)."""
+        if self._running_releases is None:
+            self._running_releases = backfill.releases(
+                self.snapshot.running, tiers=self.tiers, now=self.now
+            )
+        return self._running_releases

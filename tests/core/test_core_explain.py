@@ -1,0 +1,115 @@
+"""Pending reasons and victim reasons: the exact texts people read (PRODUCT rule 10)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gangq.queue.core import explain
+from gangq.queue.core.explain import PendingReason, ReasonCode
+
+
+@pytest.mark.parametrize(
+    ("reason", "code", "message"),
+    [
+        pytest.param(
+            explain.quota_exceeded(
+                tenant="ml-train",
+                used=32,
+                nominal=32,
+                borrowing_limit=0,
+                needed=8,
+                device_class="H100",
+            ),
+            ReasonCode.QUOTA,
+            "quota: tenant ml-train uses 32/32 nominal, borrowing limit 0, job needs 8 H100",
+            id="quota",
+        ),
+        pytest.param(
+            explain.tier_not_allowed(tenant="ml-train", tier="prod-inference", allowed=("small",)),
+            ReasonCode.QUOTA,
+            "quota: tenant ml-train may not use tier prod-inference (allowed: small)",
+            id="tier-not-allowed",
+        ),
+        pytest.param(
+            explain.capacity(
+                replicas=4,
+                devices_per_replica=8,
+                device_class="H100",
+                constraints=(),
+                domain_key="gangq.dev/rack",
+                usable=5,
+                best_domain=3,
+                lacking_room=0,
+            ),
+            ReasonCode.CAPACITY,
+            "capacity: needs 4 nodes with 8 free H100 in one rack, best rack has 3",
+            id="capacity-required-topology",
+        ),
+        pytest.param(
+            explain.capacity(
+                replicas=1,
+                devices_per_replica=2,
+                device_class="gpu",
+                constraints=("gpu.example.com/numa",),
+                domain_key=None,
+                usable=0,
+                best_domain=None,
+                lacking_room=2,
+            ),
+            ReasonCode.CAPACITY,
+            "capacity: needs 1 node with 2 free gpu sharing numa, 0 have them "
+            "(2 more lack cpu, memory or pod room)",
+            id="capacity-constraint-and-room",
+        ),
+        pytest.param(
+            explain.backfill(head="ml-train/train-llm", start_in_s=720),
+            ReasonCode.BACKFILL,
+            "backfill: waiting behind ml-train/train-llm, reserved start in ~12m",
+            id="backfill",
+        ),
+        pytest.param(
+            explain.preemption(victims=("a/1", "a/2", "a/3", "a/4")),
+            ReasonCode.PREEMPTION,
+            "preemption: waiting for 4 gangs to be evicted (a/1, a/2, a/3 and 1 more)",
+            id="preemption",
+        ),
+        pytest.param(
+            explain.invalid("unknown tier 'gold'"),
+            ReasonCode.INVALID,
+            "invalid: unknown tier 'gold'",
+            id="invalid",
+        ),
+        pytest.param(
+            explain.with_reserved_start(
+                PendingReason(ReasonCode.CAPACITY, "capacity: x"), start_in_s=3 * 3600 + 300
+            ),
+            ReasonCode.CAPACITY,
+            "capacity: x; reserved start in ~3h05m",
+            id="reserved-start",
+        ),
+    ],
+)
+def test_pending_reason_texts(reason: PendingReason, code: ReasonCode, message: str) -> None:
+    assert reason == PendingReason(code, message)
+    assert reason.message.startswith(f"{code.value}: ")
+
+
+def test_victim_reason_texts() -> None:
+    assert (
+        explain.preempted_by(
+            preemptor="ml-train/train-llm", preemptor_tier="training", victim_tier="small"
+        )
+        == "preempted by ml-train/train-llm (tier training > small)"
+    )
+    assert (
+        explain.reclaimed(victim_tenant="ml-infer", preemptor="ml-train/train-llm")
+        == "reclaim: tenant ml-infer back under nominal for ml-train/train-llm"
+    )
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(-5, "~0s"), (45, "~45s"), (60, "~1m"), (719, "~12m"), (3600, "~1h00m"), (5400, "~1h30m")],
+)
+def test_durations_read_approximately(seconds: float, text: str) -> None:
+    assert explain.approximately(seconds) == text
