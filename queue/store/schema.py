@@ -1,0 +1,70 @@
+"""Schema versions: apply the Alembic migrations and tell whether a database is up to date.
+
+Owns the Alembic configuration (built in code, no alembic.ini needed) and the location of the
+migration scripts, found through the package so that source checkouts and installed wheels
+behave the same. It must not define DDL: `migrations/` is the only source of it.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gangq.queue.store.errors import SchemaBehindError
+
+
+def migrations_dir() -> Path:
+    """The folder holding env.py and versions/, shipped as package data of this package."""
+    return Path(str(resources.files("gangq.queue.store").joinpath("migrations")))
+
+
+def alembic_config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "the migrations folder holds no revision"
+    return head
+
+
+def _upgrade(connection: Connection, revision: str) -> None:
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    command.upgrade(config, revision)
+
+
+def _current(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+async def upgrade(engine: AsyncEngine, *, revision: str = "head") -> str | None:
+    """Bring the schema to `revision` in one transaction; returns the revision now in force."""
+    async with engine.begin() as connection:
+        await connection.run_sync(_upgrade, revision)
+    return await current_revision(engine)
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    async with engine.connect() as connection:
+        return await connection.run_sync(_current)
+
+
+async def ensure_current(engine: AsyncEngine) -> None:
+    """Refuse to run on a schema that is behind: old columns would lose or misread data."""
+    current = await current_revision(engine)
+    head = head_revision()
+    if current != head:
+        raise SchemaBehindError(
+            f"database schema is at revision {current or 'none (empty database)'}, this gangq "
+            f"needs {head}: run `gangq migrate` (with the same DATABASE_URL) first"
+        )

@@ -1,0 +1,159 @@
+"""The store's half of a cycle's input: quotas, gangs holding devices and the queue.
+
+Owns reading those rows (plain columns, no ORM objects: this runs every cycle over the whole
+queue) and turning them into core types. A job whose stored spec cannot be read is set aside
+with an `invalid` reason instead of stopping the cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from sqlalchemy import Row, Text, cast, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gangq.queue.core import model
+from gangq.queue.core.errors import InvalidInputError
+from gangq.queue.store import reservations, spec, tenants, timestamps
+from gangq.queue.store.models import HOLDING_PHASES, QUEUED, JobRow
+
+JobColumns: TypeAlias = Row[*tuple[Any, ...]]
+"""One job's row as the cycle reads it (plain columns of `_COLUMNS`)."""
+
+_COLUMNS = (
+    JobRow.id,
+    JobRow.namespace,
+    JobRow.name,
+    JobRow.uid,
+    JobRow.tenant,
+    JobRow.tier,
+    JobRow.priority,
+    JobRow.replicas,
+    JobRow.devices_per_replica,
+    JobRow.device_class,
+    cast(JobRow.spec, Text).label("spec"),
+    JobRow.submitted_at,
+    JobRow.max_runtime_s,
+    JobRow.admitted_at,
+    JobRow.started_at,
+    JobRow.borrowed,
+    JobRow.evicting,
+    JobRow.pending_code,
+    JobRow.pending_message,
+    JobRow.queue_position,
+    JobRow.reserved_start_at,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A snapshot plus what the cycle's writes need: row ids and the values stored before."""
+
+    snapshot: model.Snapshot
+    queued: Sequence[JobColumns]
+    pending: dict[model.JobKey, JobColumns]
+    """The readable queued rows by key (the ones the core saw)."""
+    holding: dict[model.JobKey, JobColumns]
+    unreadable: dict[int, str]
+    """Job id -> message of an `invalid` reason for a stored spec that cannot be read."""
+
+
+def key_of(row: JobColumns) -> model.JobKey:
+    return model.JobKey(f"{row.namespace}/{row.name}")
+
+
+class SpecMemo(dict[str, spec.JobSpec]):
+    """Parsed specs by their JSON text: jobs from one template share one parse per cycle."""
+
+    def parse(self, text: str) -> spec.JobSpec:
+        found = self.get(text)
+        if found is None:
+            found = self[text] = spec.parse(text)
+        return found
+
+
+def pending_job(row: JobColumns, *, specs: SpecMemo) -> model.PendingJob:
+    stored = specs.parse(row.spec)
+    return model.PendingJob(
+        key=key_of(row),
+        uid=row.uid,
+        tenant=model.Tenant(row.tenant),
+        tier=row.tier,
+        priority=row.priority,
+        replicas=row.replicas,
+        devices_per_replica=row.devices_per_replica,
+        device_class=row.device_class,
+        selectors=stored.selectors,
+        constraints=stored.constraints,
+        topology=stored.topology,
+        pod=stored.pod,
+        submitted_at=timestamps.to_unix(row.submitted_at),
+        max_runtime_s=None if row.max_runtime_s is None else float(row.max_runtime_s),
+    )
+
+
+def running_job(
+    row: JobColumns, placement: tuple[model.ReplicaPlacement, ...], *, specs: SpecMemo
+) -> model.RunningJob:
+    started = row.started_at or row.admitted_at or row.submitted_at
+    return model.RunningJob(
+        key=key_of(row),
+        uid=row.uid,
+        tenant=model.Tenant(row.tenant),
+        tier=row.tier,
+        priority=row.priority,
+        device_class=row.device_class,
+        placement=placement,
+        started_at=timestamps.to_unix(started),
+        max_runtime_s=None if row.max_runtime_s is None else float(row.max_runtime_s),
+        borrowed=row.borrowed,
+        is_evicting=row.evicting,
+        pod=specs.parse(row.spec).pod,
+        submitted_at=timestamps.to_unix(row.submitted_at),
+    )
+
+
+async def queued_rows(session: AsyncSession, *, now: float) -> Sequence[JobColumns]:
+    """Queued jobs whose backoff is over (the cycle orders them itself)."""
+    at = timestamps.to_datetime(now)
+    result = await session.execute(
+        select(*_COLUMNS)
+        .where(JobRow.phase == QUEUED)
+        .where((JobRow.not_before.is_(None)) | (JobRow.not_before <= at))
+        .order_by(JobRow.id)
+    )
+    return result.all()
+
+
+async def holding_rows(session: AsyncSession) -> Sequence[JobColumns]:
+    result = await session.execute(
+        select(*_COLUMNS).where(JobRow.phase.in_(HOLDING_PHASES)).order_by(JobRow.id)
+    )
+    return result.all()
+
+
+async def load(session: AsyncSession, inventory: model.Inventory, *, now: float) -> Loaded:
+    quotas = await tenants.all_quotas(session)
+    holding = await holding_rows(session)
+    placements = await reservations.active_by_job(session)
+    queued = await queued_rows(session, now=now)
+    specs = SpecMemo()
+    pending: list[model.PendingJob] = []
+    unreadable: dict[int, str] = {}
+    for row in queued:
+        try:
+            pending.append(pending_job(row, specs=specs))
+        except InvalidInputError as error:
+            unreadable[row.id] = f"invalid: job {key_of(row)} cannot be read: {error}"
+    running = tuple(running_job(row, placements.get(row.id, ()), specs=specs) for row in holding)
+    return Loaded(
+        snapshot=model.Snapshot(
+            inventory=inventory, quotas=quotas, running=running, pending=tuple(pending)
+        ),
+        queued=queued,
+        holding={key_of(row): row for row in holding},
+        pending={key_of(row): row for row in queued if row.id not in unreadable},
+        unreadable=unreadable,
+    )

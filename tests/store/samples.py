@@ -1,0 +1,157 @@
+"""Small builders of core values for the store tests (the store takes and returns core types)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gangq.queue.core import model
+from gangq.queue.core.device import Device, DeviceId, device_id
+from gangq.queue.store import reservations, timestamps
+from gangq.queue.store.models import JobRow
+
+T0 = 1_790_000_000.0
+"""A fixed instant (unix seconds) the tests count from."""
+
+
+def job(
+    key: str,
+    *,
+    tenant: str = "ml-train",
+    tier: str = "training",
+    replicas: int = 1,
+    devices_per_replica: int = 1,
+    submitted_at: float = T0,
+    priority: int = 0,
+    uid: str | None = None,
+    device_class: str = "gpu.nvidia.com",
+    selectors: tuple[str, ...] = (),
+    constraints: tuple[str, ...] = (),
+) -> model.PendingJob:
+    return model.PendingJob(
+        key=model.JobKey(key),
+        uid=uid or f"uid-{key}",
+        tenant=model.Tenant(tenant),
+        tier=tier,
+        priority=priority,
+        replicas=replicas,
+        devices_per_replica=devices_per_replica,
+        device_class=device_class,
+        selectors=selectors,
+        constraints=constraints,
+        topology=model.Topology("gangq.dev/rack", model.TopologyMode.PREFERRED),
+        pod=model.PodRequirements(
+            cpu_milli=500,
+            memory_bytes=2**30,
+            tolerations=(model.Toleration(key="gpu", operator="Exists"),),
+            node_selector=(("pool", "h100"),),
+            required_node_affinity=(
+                model.NodeSelectorTerm((model.NodeSelectorRequirement("zone", "In", ("a", "b")),)),
+            ),
+        ),
+        submitted_at=submitted_at,
+        max_runtime_s=3600.0,
+    )
+
+
+def quota(
+    tenant: str,
+    *,
+    nominal: int = 8,
+    borrowing_limit: int = 0,
+    device_class: str = "gpu.nvidia.com",
+    allowed_tiers: tuple[str, ...] = ("training", "small"),
+) -> model.TenantQuota:
+    return model.TenantQuota(
+        tenant=model.Tenant(tenant),
+        device_class=device_class,
+        nominal=nominal,
+        borrowing_limit=borrowing_limit,
+        weight=1.0,
+        allowed_tiers=allowed_tiers,
+    )
+
+
+def placement(node: str, *devices: int, replica: int = 0) -> model.ReplicaPlacement:
+    return model.ReplicaPlacement(
+        replica=replica,
+        node=model.NodeName(node),
+        devices=tuple(device_id("gpu.nvidia.com", node, f"gpu-{d}") for d in devices),
+    )
+
+
+def inventory(nodes: int = 2, *, devices_per_node: int = 8) -> model.Inventory:
+    """`nodes` ready nodes of `devices_per_node` GPUs each, two NUMA nodes per node, racks of 4."""
+    node_map: dict[model.NodeName, model.Node] = {}
+    devices: dict[DeviceId, Device] = {}
+    for index in range(nodes):
+        name = model.NodeName(f"node-{index}")
+        node_map[name] = model.Node(
+            name=name,
+            labels={"pool": "h100", "zone": "a", "gangq.dev/rack": f"rack-{index // 4}"},
+            allocatable_cpu_milli=64_000,
+            allocatable_memory_bytes=512 * 2**30,
+        )
+        for number in range(devices_per_node):
+            device = Device(
+                driver="gpu.nvidia.com",
+                pool=name,
+                name=f"gpu-{number}",
+                node=name,
+                attributes={"gpu.nvidia.com/numa": number * 2 // devices_per_node},
+            )
+            devices[device.id] = device
+    return model.Inventory(
+        nodes=node_map,
+        devices=devices,
+        device_classes={
+            "gpu.nvidia.com": model.DeviceClass(
+                "gpu.nvidia.com", ('device.driver == "gpu.nvidia.com"',)
+            )
+        },
+        topology_keys=("gangq.dev/rack",),
+    )
+
+
+POLICY = model.Policy(managed_device_classes=("gpu.nvidia.com",))
+
+
+BLOCKED = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+    "AND wait_event_type = 'Lock' AND query LIKE $1"
+)
+
+
+async def until_blocked(observer: asyncpg.Connection, query_prefix: str, *, count: int = 1) -> None:
+    """Return once `count` backends run a statement starting with `query_prefix` and wait
+    for a lock."""
+    for _ in range(3000):
+        if await observer.fetchval(BLOCKED, query_prefix + "%") >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no statement {query_prefix!r} ever waited for a lock")
+
+
+async def hold(
+    session: AsyncSession,
+    key: str,
+    *placements: model.ReplicaPlacement,
+    at: float,
+    phase: str = "Admitted",
+) -> None:
+    """Give a queued job devices the way an admission does, without running a cycle."""
+    namespace, name = key.split("/")
+    job_id = await session.scalar(
+        select(JobRow.id).where(
+            JobRow.namespace == namespace, JobRow.name == name, JobRow.phase == "Queued"
+        )
+    )
+    assert job_id is not None, f"no queued job {key}"
+    instant = timestamps.to_datetime(at)
+    await reservations.reserve(session, [(job_id, placements)], at=instant)
+    await session.execute(
+        update(JobRow).where(JobRow.id == job_id).values(phase=phase, admitted_at=instant)
+    )

@@ -1,0 +1,363 @@
+"""The admission transaction: the real decision core, one commit or nothing, fenced, retried."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import asyncpg
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gangq.queue.core import model
+from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.store import admission, database, jobs, leader, tenants
+from gangq.queue.store.errors import NotLeaderError, StoreError
+
+from .samples import POLICY, T0, hold, inventory, job, placement, quota, until_blocked
+
+Sessions = async_sessionmaker[AsyncSession]
+
+DOUBLE_RESERVED = text(
+    "SELECT driver, pool, device FROM reservations WHERE released_at IS NULL "
+    "GROUP BY driver, pool, device HAVING count(*) > 1"
+)
+RESERVED_PER_JOB = text(
+    "SELECT j.namespace || '/' || j.name, j.replicas * j.devices_per_replica, count(r.id) "
+    "FROM jobs j LEFT JOIN reservations r ON r.job_id = j.id AND r.released_at IS NULL "
+    "WHERE j.phase = 'Admitted' GROUP BY j.id"
+)
+# Fault injection: the first reservation insert kills its own connection. A sequence counts the
+# attempts because it survives the rollback of the killed transaction.
+KILL_TRIGGER = """
+CREATE SEQUENCE fault_attempts;
+CREATE FUNCTION kill_first_attempt() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF nextval('fault_attempts') = 1 THEN
+        PERFORM pg_terminate_backend(pg_backend_pid());
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER kill_first_attempt BEFORE INSERT ON reservations
+FOR EACH STATEMENT EXECUTE FUNCTION kill_first_attempt();
+"""
+FAIL_ALWAYS = """
+CREATE FUNCTION fail_reservations() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'disk full (injected)';
+END $$;
+CREATE TRIGGER fail_reservations BEFORE INSERT ON reservations
+FOR EACH STATEMENT EXECUTE FUNCTION fail_reservations();
+"""
+
+
+async def _setup(sessions: Sessions, *pending: model.PendingJob, nominal: int = 64) -> None:
+    async with sessions() as session, session.begin():
+        await tenants.upsert_tenant(
+            session, "ml-train", (quota("ml-train", nominal=nominal),), actor="admin", now=T0
+        )
+        await jobs.enqueue(session, list(pending), actor="test", now=T0)
+
+
+async def _epoch(url: str) -> tuple[leader.Leadership, int]:
+    leadership = leader.Leadership(url, holder="test")
+    assert await leadership.try_acquire()
+    assert leadership.epoch is not None
+    return leadership, leadership.epoch
+
+
+async def _cycle(
+    sessions: Sessions, epoch: int, *, nodes: int = 2, now: float = T0 + 10
+) -> model.CycleResult:
+    return await admission.run(
+        sessions, inventory(nodes), policy=POLICY, now=now, matcher=DeviceMatcher(), epoch=epoch
+    )
+
+
+async def test_a_cycle_writes_exactly_what_the_core_decided(
+    database_url: str, session_factory: Sessions
+) -> None:
+    await _setup(
+        session_factory,
+        job("ml-train/big", replicas=2, devices_per_replica=8, submitted_at=T0 - 30),
+        job("ml-train/one", submitted_at=T0 - 20),
+        job("ml-train/late", replicas=2, devices_per_replica=4, submitted_at=T0 - 10),
+    )
+    leadership, epoch = await _epoch(database_url)
+    try:
+        result = await _cycle(session_factory, epoch)
+    finally:
+        await leadership.release()
+    admitted = {a.job: a for a in result.admissions}
+    assert set(admitted) == {"ml-train/big"}
+    async with session_factory() as session:
+        big = await jobs.get_job(session, "ml-train/big")
+        waiting = await jobs.get_job(session, "ml-train/one")
+        rows = (await session.execute(RESERVED_PER_JOB)).all()
+    assert big is not None and waiting is not None
+    assert big.job.phase == "Admitted"
+    assert big.placement == admitted["ml-train/big"].placement
+    assert [e.kind for e in big.history] == ["enqueued", "admitted"]
+    assert waiting.job.phase == "Queued"
+    assert waiting.job.reason == result.pending["ml-train/one"]
+    assert waiting.job.position == result.positions["ml-train/one"]
+    assert rows == [("ml-train/big", 16, 16)]
+
+
+async def test_a_second_cycle_keeps_what_is_held(
+    database_url: str, session_factory: Sessions
+) -> None:
+    await _setup(session_factory, *(job(f"ml-train/j{i}", devices_per_replica=3) for i in range(6)))
+    leadership, epoch = await _epoch(database_url)
+    try:
+        first = await _cycle(session_factory, epoch)
+        second = await _cycle(session_factory, epoch, now=T0 + 20)
+    finally:
+        await leadership.release()
+    assert len(first.admissions) == 4  # 2 nodes x 8 devices fit 2 x (3 + 3) per node
+    assert second.admissions == ()
+    async with session_factory() as session:
+        assert (await session.execute(DOUBLE_RESERVED)).all() == []
+        queued = await jobs.list_jobs(session, phase="Queued")
+    assert {r.key for r in queued.items} == {
+        k
+        for k in (f"ml-train/j{i}" for i in range(6))
+        if k not in {a.job for a in first.admissions}
+    }
+    assert all(r.reason is not None and r.reason.code == "capacity" for r in queued.items)
+
+
+async def test_a_stale_leader_commits_nothing(database_url: str, session_factory: Sessions) -> None:
+    await _setup(session_factory, job("ml-train/one"))
+    old, old_epoch = await _epoch(database_url)
+    await old.release()
+    new, _ = await _epoch(database_url)
+    try:
+        with pytest.raises(NotLeaderError, match="not committed"):
+            await _cycle(session_factory, old_epoch)
+    finally:
+        await new.release()
+    async with session_factory() as session:
+        detail = await jobs.get_job(session, "ml-train/one")
+    assert detail is not None
+    assert (detail.job.phase, detail.job.reason, detail.placement) == ("Queued", None, ())
+
+
+TESTS_DIR = Path(__file__).resolve().parents[1]
+CONTROLLER = """
+import asyncio, json, sys
+sys.path.insert(0, sys.argv[1])
+import asyncpg
+from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.store import admission, database
+from store.samples import POLICY, T0, inventory
+
+async def main(url, epoch):
+    gate = await asyncpg.connect(database.libpq_url(url))
+    await gate.execute("SELECT pg_advisory_lock_shared(4242)")  # the test opens the gate
+    engine = database.create_engine(url)
+    sessions = database.session_factory(engine)
+    admitted = []
+    for index in range(4):
+        result = await admission.run(
+            sessions, inventory(3), policy=POLICY, now=T0 + 30 + index, matcher=DeviceMatcher(),
+            epoch=epoch,
+        )
+        admitted += [a.job for a in result.admissions]
+    await engine.dispose()
+    await gate.close()
+    print(json.dumps(admitted))
+
+asyncio.run(main(sys.argv[2], int(sys.argv[3])))
+"""
+
+
+async def test_two_controller_processes_never_double_reserve(
+    database_url: str, session_factory: Sessions
+) -> None:
+    """Two OS processes that both believe they lead (same epoch) run cycles at the same time."""
+    shapes = [(1, 1), (1, 3), (2, 2), (1, 8), (2, 4), (1, 5)]
+    await _setup(
+        session_factory,
+        *(
+            job(f"ml-train/j{i}", replicas=r, devices_per_replica=d, submitted_at=T0 + i)
+            for i, (r, d) in enumerate(shapes * 4)
+        ),
+    )
+    leadership, epoch = await _epoch(database_url)
+    gate = await asyncpg.connect(database.libpq_url(database_url))
+    await gate.execute("SELECT pg_advisory_lock(4242)")
+    controllers = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            CONTROLLER,
+            str(TESTS_DIR),
+            database_url,
+            str(epoch),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
+    try:
+        await until_blocked(gate, "SELECT pg_advisory_lock_shared", count=2)
+        await gate.execute("SELECT pg_advisory_unlock(4242)")
+        outputs = [await controller.communicate() for controller in controllers]
+    finally:
+        await gate.close()
+        await leadership.release()
+    for controller, (_, err) in zip(controllers, outputs, strict=True):
+        assert controller.returncode == 0, err.decode()[-3000:]
+    per_process = [json.loads(out) for out, _ in outputs]
+    admitted = [key for keys in per_process for key in keys]
+    async with session_factory() as session:
+        assert (await session.execute(DOUBLE_RESERVED)).all() == []
+        rows = (await session.execute(RESERVED_PER_JOB)).all()
+    assert admitted, "no process admitted anything"
+    assert len(admitted) == len(set(admitted)), "a job was admitted by both controllers"
+    assert sorted(key for key, _, _ in rows) == sorted(admitted)
+    assert all(wanted == held for _, wanted, held in rows), "a gang was placed partially"
+    assert sum(held for _, _, held in rows) <= 24
+
+
+async def test_a_connection_lost_mid_cycle_is_survived(
+    database_url: str, session_factory: Sessions, caplog: pytest.LogCaptureFixture
+) -> None:
+    await _setup(session_factory, job("ml-train/one"), job("ml-train/two"))
+    connection = await asyncpg.connect(database.libpq_url(database_url))
+    try:
+        await connection.execute(KILL_TRIGGER)
+    finally:
+        await connection.close()
+    leadership, epoch = await _epoch(database_url)
+    try:
+        result = await _cycle(session_factory, epoch)
+    finally:
+        await leadership.release()
+    assert {a.job for a in result.admissions} == {"ml-train/one", "ml-train/two"}
+    async with session_factory() as session:
+        attempts = await session.scalar(text("SELECT last_value FROM fault_attempts"))
+        rows = (await session.execute(RESERVED_PER_JOB)).all()
+        history = await jobs.get_job(session, "ml-train/one")
+    assert attempts is not None and attempts >= 2, "no retry reached the reservation insert"
+    assert "cycle attempt 1 lost its connection" in caplog.text
+    assert sorted(rows) == [("ml-train/one", 1, 1), ("ml-train/two", 1, 1)]
+    assert history is not None
+    assert [e.kind for e in history.history] == ["enqueued", "admitted"]
+
+
+async def test_a_failed_cycle_loses_nothing(database_url: str, session_factory: Sessions) -> None:
+    await _setup(session_factory, job("ml-train/one"))
+    connection = await asyncpg.connect(database.libpq_url(database_url))
+    try:
+        await connection.execute(FAIL_ALWAYS)
+    finally:
+        await connection.close()
+    leadership, epoch = await _epoch(database_url)
+    try:
+        with pytest.raises(StoreError, match="disk full"):
+            await _cycle(session_factory, epoch)
+    finally:
+        await leadership.release()
+    async with session_factory() as session:
+        detail = await jobs.get_job(session, "ml-train/one")
+    assert detail is not None
+    assert (detail.job.phase, detail.placement) == ("Queued", ())
+    assert [e.kind for e in detail.history] == ["enqueued"]
+
+
+async def test_an_unreadable_stored_job_gets_an_invalid_reason(
+    database_url: str, session_factory: Sessions
+) -> None:
+    await _setup(session_factory, job("ml-train/ok"), job("ml-train/broken"))
+    async with session_factory() as session, session.begin():
+        await session.execute(
+            text("UPDATE jobs SET spec = CAST(:spec AS jsonb) WHERE name = 'broken'"),
+            {"spec": '{"topology": {"mode": "Sideways"}}'},
+        )
+    leadership, epoch = await _epoch(database_url)
+    try:
+        result = await _cycle(session_factory, epoch)
+    finally:
+        await leadership.release()
+    assert [a.job for a in result.admissions] == ["ml-train/ok"]
+    async with session_factory() as session:
+        broken = await jobs.get_job(session, "ml-train/broken")
+    assert broken is not None and broken.job.reason is not None
+    assert broken.job.reason.code == "invalid"
+    assert "cannot be read" in broken.job.reason.message
+
+
+async def test_an_unreachable_server_is_retried_then_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    unreachable = "postgresql+asyncpg://postgres@127.0.0.1:1/gangq"
+    engine = database.create_engine(unreachable)
+    try:
+        with pytest.raises(StoreError, match="nothing committed"):
+            await admission.run(
+                database.session_factory(engine),
+                inventory(1),
+                policy=POLICY,
+                now=T0,
+                matcher=DeviceMatcher(),
+                epoch=1,
+                retry_delays_s=(0.0, 0.0),
+            )
+    finally:
+        await engine.dispose()
+    assert caplog.text.count("lost its connection") == 2
+    assert not await leader.Leadership(unreachable).try_acquire()
+
+
+async def test_preemption_marks_whole_victim_gangs_once(
+    database_url: str, session_factory: Sessions
+) -> None:
+    small = [job(f"ml-train/small-{i}", tier="small", devices_per_replica=8) for i in range(2)]
+    await _setup(session_factory, *small)
+    async with session_factory() as session, session.begin():
+        for index, gang in enumerate(small):
+            await hold(
+                session,
+                gang.key,
+                placement(f"node-{index}", *range(8)),
+                at=T0 - 3600,
+                phase="Running",
+            )
+        await tenants.upsert_tenant(
+            session,
+            "serving",
+            (quota("serving", nominal=16, allowed_tiers=()),),
+            actor="admin",
+            now=T0,
+        )
+        await jobs.enqueue(
+            session,
+            [job("serving/llm", tenant="serving", tier="prod-inference", devices_per_replica=8)],
+            actor="test",
+            now=T0,
+        )
+    leadership, epoch = await _epoch(database_url)
+    try:
+        first = await _cycle(session_factory, epoch)
+        second = await _cycle(session_factory, epoch, now=T0 + 20)
+    finally:
+        await leadership.release()
+    assert first.preemptions, first.pending
+    (preemption,) = first.preemptions
+    (victim,) = preemption.victims
+    assert preemption.job == "serving/llm"
+    async with session_factory() as session:
+        evicted = await jobs.get_job(session, victim.job)
+        serving = await jobs.get_job(session, "serving/llm")
+    assert evicted is not None and serving is not None
+    assert evicted.job.is_evicting
+    assert len(evicted.placement) == 1 and len(evicted.placement[0].devices) == 8
+    preempted = [e for e in evicted.history if e.kind == "preempted"]
+    assert [(e.reason, e.details["for"]) for e in preempted] == [(victim.reason, "serving/llm")]
+    assert serving.job.phase == "Queued"
+    assert all(v.job == victim.job for p in second.preemptions for v in p.victims)

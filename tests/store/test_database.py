@@ -1,0 +1,189 @@
+"""Database location: URL forms, the embedded server, and the commands that open the database."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from gangq.queue.cli import main
+from gangq.queue.cli import usage as usage_command
+from gangq.queue.core.errors import InvalidInputError
+from gangq.queue.store import database
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("postgresql://u:p@db:5432/gangq", "postgresql+asyncpg://u:p@db:5432/gangq"),
+        ("postgres://u@db/gangq", "postgresql+asyncpg://u@db/gangq"),
+        ("postgresql+asyncpg://u@db/gangq", "postgresql+asyncpg://u@db/gangq"),
+        (
+            "postgresql://postgres@/postgres?host=/run/pg",
+            "postgresql+asyncpg://postgres@/postgres?host=%2Frun%2Fpg",
+        ),
+    ],
+    ids=["plain", "short-scheme", "already-async", "unix-socket"],
+)
+def test_urls_are_normalised_to_asyncpg(given: str, expected: str) -> None:
+    assert database.normalize_url(given) == expected
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ("mysql://u@db/gangq", "scheme 'mysql' is not supported"),
+        ("not a url", "cannot be parsed"),
+    ],
+)
+def test_bad_urls_get_a_clear_error(given: str, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        database.normalize_url(given)
+
+
+def test_the_environment_wins_over_the_embedded_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u@db/gangq")
+    assert database.resolve_url() == "postgresql+asyncpg://u@db/gangq"
+    assert database.resolve_url("postgres://x@y/z") == "postgresql+asyncpg://x@y/z"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30d", 30 * 86400.0), ("12h", 43200.0), ("90m", 5400.0), ("2w", 1209600.0)],
+)
+def test_usage_windows(text: str, seconds: float) -> None:
+    assert usage_command.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["30", "-1d", "0d", "3x", ""])
+def test_bad_usage_windows_are_refused(text: str) -> None:
+    with pytest.raises(InvalidInputError, match="expected a positive amount"):
+        usage_command.parse_duration(text)
+
+
+def _gangq(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run the real command line in this process; returns (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exited:
+        main(list(args))
+    captured = capsys.readouterr()
+    return int(exited.value.code or 0), captured.out, captured.err
+
+
+async def _admin(url: str, statement: str) -> None:
+    connection = await asyncpg.connect(database.libpq_url(url))
+    try:
+        await connection.execute(statement)
+    finally:
+        await connection.close()
+
+
+def test_migrate_then_usage_through_the_command_line(
+    server_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = f"gangq_test_cli_{uuid.uuid4().hex[:8]}"
+    asyncio.run(_admin(server_url, f'CREATE DATABASE "{name}"'))
+    monkeypatch.setenv("DATABASE_URL", database.libpq_url(database.with_database(server_url, name)))
+    try:
+        code, _, err = _gangq(capsys, "usage")
+        assert (code, "run `gangq migrate`" in err) == (2, True)
+        code, out, err = _gangq(capsys, "migrate", "--json")
+        assert code == 0, err
+        assert json.loads(out)["before"] is None
+        code, out, _ = _gangq(capsys, "migrate")
+        assert out.startswith("database schema already at revision")
+        code, out, err = _gangq(capsys, "usage", "--since", "7d", "--json")
+        assert code == 0, err
+        assert json.loads(out)["rows"] == []
+        code, out, _ = _gangq(capsys, "usage")
+        assert out.splitlines()[0].split() == [
+            "TENANT",
+            "TIER",
+            "DEVICE",
+            "CLASS",
+            "JOBS",
+            "DEVICE-HOURS",
+        ]
+        code, _, err = _gangq(capsys, "usage", "--since", "soon")
+        assert code == 2
+        assert "--since 'soon'" in err
+    finally:
+        asyncio.run(_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+EMBEDDED_RUN = """
+import asyncio, pathlib, sys
+import asyncpg
+from gangq.queue.store import database
+
+async def main(url, step):
+    connection = await asyncpg.connect(database.libpq_url(url))
+    if step == "create":
+        await connection.execute("CREATE TABLE kept (note text)")
+        await connection.execute("INSERT INTO kept VALUES ('from the first run')")
+    print(await connection.fetchval("SELECT note FROM kept"))
+    await connection.close()
+
+asyncio.run(main(database.start_embedded(pathlib.Path(sys.argv[1])), sys.argv[2]))
+"""
+
+
+@pytest.mark.slow
+def test_the_embedded_server_keeps_its_data_and_stops_on_exit() -> None:
+    """A second run reuses the data directory of the first; each run stops the server on exit.
+
+    As root the server runs as a system user that must traverse the parent folders, so the
+    data directory lives in a folder of its own rather than under pytest's private tmp root.
+    """
+    parent = Path(tempfile.mkdtemp(prefix="gangq-embedded-"))
+    data_dir = parent / "pg"
+    try:
+        for step in ("create", "read"):
+            run = subprocess.run(
+                [sys.executable, "-c", EMBEDDED_RUN, str(data_dir), step],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert run.returncode == 0, run.stderr[-3000:]
+            assert run.stdout.strip() == "from the first run"
+            assert not (data_dir / "postmaster.pid").exists(), "the server was left running"
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_the_db_bench_reports_its_figures(
+    server_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _gangq(
+        capsys,
+        "bench",
+        "db",
+        "--nodes",
+        "4",
+        "--pending",
+        "40",
+        "--batch",
+        "7",
+        "--single",
+        "5",
+        "--json",
+        "--database-url",
+        server_url,
+    )
+    assert code == 0, err
+    figures = json.loads(out)
+    assert figures["enqueued"] == 40
+    assert 0 < figures["admitted"] <= 40
+    assert figures["enqueued"] == figures["admitted"] + figures["pending"]
+    assert (figures["batch"], figures["single"]) == (7, 5)
+    assert figures["enqueue_per_s"] > 0 and figures["enqueue_single_per_s"] > 0
+    assert figures["admit_per_s"] > 0
