@@ -1,0 +1,96 @@
+"""`gangq cluster up`: serve the embedded cluster emulator and write a kubeconfig for it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gangq.queue.core.errors import InvalidInputError
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("cluster", help="run the embedded Kubernetes API emulator")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = actions.add_parser("up", help="serve an emulated GPU cluster until interrupted")
+    up.add_argument("--nodes", type=int, default=8, help="GPU nodes (default 8)")
+    up.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
+    up.add_argument(
+        "--racks", type=int, default=2, help="racks the nodes are spread over (default 2)"
+    )
+    up.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    up.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=Path("kubesim.kubeconfig"),
+        help="where to write the kubeconfig (default ./kubesim.kubeconfig)",
+    )
+    up.add_argument(
+        "--crd",
+        type=Path,
+        action="append",
+        default=[],
+        help="CRD YAML file to install at start (repeatable)",
+    )
+    up.add_argument(
+        "--ready-seconds",
+        type=float,
+        default=1.0,
+        help="delay before a bound pod becomes Running and Ready (default 1)",
+    )
+    up.add_argument(
+        "--token",
+        default=None,
+        help="require this bearer token (default: no authentication; kubectl sends no token "
+        "over plain HTTP)",
+    )
+    up.set_defaults(handler=run_up)
+
+
+def _check(args: argparse.Namespace) -> None:
+    for name in ("nodes", "gpus_per_node", "racks"):
+        if getattr(args, name) < 1:
+            raise InvalidInputError(f"--{name.replace('_', '-')} must be at least 1")
+    if not 0 <= args.port <= 65535:
+        raise InvalidInputError("--port must be between 0 and 65535")
+    for path in args.crd:
+        if not path.is_file():
+            raise InvalidInputError(f"--crd {path}: no such file")
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    from gangq.queue.kubesim.cluster import Inventory
+    from gangq.queue.kubesim.emulator import Emulator
+
+    inventory = Inventory(nodes=args.nodes, gpus_per_node=args.gpus_per_node, racks=args.racks)
+    emulator = Emulator(
+        inventory=inventory,
+        port=args.port,
+        crds=tuple(args.crd),
+        ready_seconds=args.ready_seconds,
+        token=args.token,
+    )
+    async with emulator as cluster:
+        args.kubeconfig.write_text(yaml.safe_dump(cluster.kubeconfig(), sort_keys=False))
+        print(
+            f"kubesim serving {cluster.base_url} ({args.nodes} nodes x "
+            f"{args.gpus_per_node} GPUs, {args.racks} racks)"
+        )
+        print(
+            f"kubeconfig written to {args.kubeconfig}; "
+            f"try: kubectl --kubeconfig {args.kubeconfig} get nodes"
+        )
+        sys.stdout.flush()
+        await asyncio.Event().wait()
+
+
+def run_up(args: argparse.Namespace) -> int:
+    _check(args)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args))
+    return 0

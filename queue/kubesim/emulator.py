@@ -1,0 +1,176 @@
+"""The embedded cluster: API server, scheduler and kubelets in one process, on a local port.
+
+Owns wiring (storage, registry with every built-in strategy, faults, HTTP server), seeding
+the inventory, the background scheduler and kubelet tasks, and what clients need to connect (a
+kubernetes-asyncio `Configuration`, a kubeconfig). Use it as `async with Emulator() as cluster`.
+It must not add API behaviour of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from gangq.queue.core.errors import InvalidInputError
+from gangq.queue.kubesim import cluster, kinds, status
+from gangq.queue.kubesim.faults import Faults
+from gangq.queue.kubesim.kubelet import Kubelets
+from gangq.queue.kubesim.registry import Registry
+from gangq.queue.kubesim.scheduler import Scheduler
+from gangq.queue.kubesim.server import ApiServer
+from gangq.queue.kubesim.storage import Storage
+from gangq.queue.kubesim.strategy import Strategy
+from gangq.queue.kubesim.validation import core, crd, dra, pods
+
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+def _strategies() -> dict[str, Strategy]:
+    return {
+        kinds.NAMESPACES.key: core.NamespaceStrategy(),
+        kinds.NODES.key: core.NodeStrategy(),
+        kinds.PODS.key: pods.PodStrategy(),
+        "/services": core.ServiceStrategy(),
+        "/configmaps": core.ConfigMapStrategy(),
+        kinds.EVENTS.key: core.EventStrategy(),
+        kinds.LEASES.key: core.LeaseStrategy(),
+        kinds.DEVICE_CLASSES.key: dra.DeviceClassStrategy(),
+        kinds.RESOURCE_CLAIMS.key: dra.ResourceClaimStrategy(),
+        "resource.k8s.io/resourceclaimtemplates": dra.ResourceClaimTemplateStrategy(),
+        kinds.RESOURCE_SLICES.key: dra.ResourceSliceStrategy(),
+        kinds.CRDS.key: crd.CustomResourceDefinitionStrategy(),
+    }
+
+
+def new_registry(*, history_size: int = 10_000) -> Registry:
+    """A registry with every built-in type installed and the system namespaces created."""
+    registry = Registry(Storage(history_size=history_size))
+    strategies = _strategies()
+    for rt in kinds.BUILTIN:
+        registry.install(rt, strategies.get(rt.key, Strategy()))
+    registry.install(kinds.EVENTS_V1, core.EventsV1Strategy())
+    for name in SYSTEM_NAMESPACES:
+        registry.create(kinds.NAMESPACES, "", {"metadata": {"name": name}})
+    return registry
+
+
+def seed(registry: Registry, inventory: cluster.Inventory) -> None:
+    registry.create(kinds.DEVICE_CLASSES, "", cluster.device_class(inventory))
+    for index in range(inventory.nodes):
+        registry.create(kinds.NODES, "", cluster.node(inventory, index))
+        registry.create(kinds.RESOURCE_SLICES, "", cluster.resource_slice(inventory, index))
+
+
+def install_crd(registry: Registry, path: Path) -> None:
+    """Create a CRD from a YAML file; a file that is not a valid CRD names its problem."""
+    try:
+        document = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise InvalidInputError(f"CRD {path}: {error}") from error
+    try:
+        registry.create(kinds.CRDS, "", document)
+    except status.ApiError as error:
+        raise InvalidInputError(f"CRD {path}: {error.message}") from error
+
+
+@dataclass(eq=False)
+class Emulator:
+    """An in-process cluster on 127.0.0.1 (port 0 picks a free one)."""
+
+    inventory: cluster.Inventory | None = field(default_factory=cluster.Inventory)
+    port: int = 0
+    token: str | None = field(default_factory=lambda: secrets.token_hex(16))
+    crds: tuple[Path, ...] = ()
+    ready_seconds: float = 0.0
+    """How long a bound pod stays Pending before its kubelet reports it Running and Ready."""
+    scheduling: bool = True
+    history_size: int = 10_000
+    bookmark_interval: float = 60.0
+    faults: Faults = field(default_factory=Faults)
+    registry: Registry = field(init=False)
+    scheduler: Scheduler = field(init=False)
+    kubelets: Kubelets = field(init=False)
+    _runner: web.AppRunner | None = field(default=None, init=False)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def __aenter__(self) -> Emulator:
+        self.registry = new_registry(history_size=self.history_size)
+        if self.inventory is not None:
+            seed(self.registry, self.inventory)
+        for path in self.crds:
+            install_crd(self.registry, path)
+        server = ApiServer(
+            self.registry, self.faults, token=self.token, bookmark_interval=self.bookmark_interval
+        )
+        self._runner = web.AppRunner(server.application(), access_log=None, shutdown_timeout=0.1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        server.address = f"127.0.0.1:{self.port}"
+        self.scheduler = Scheduler(self.registry)
+        self.kubelets = Kubelets(self.registry, ready_seconds=self.ready_seconds)
+        if self.scheduling:
+            self._tasks.append(asyncio.create_task(self.scheduler.run(), name="kubesim-scheduler"))
+        self._tasks.append(asyncio.create_task(self.kubelets.run(), name="kubesim-kubelets"))
+        await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        while any(not task.done() for task in self._tasks):
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.wait(self._tasks, timeout=0.5)
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                task.result()
+        self._tasks.clear()
+        for subscription in self.registry.storage.subscriptions():
+            subscription.drop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def configuration(self) -> Any:
+        """A kubernetes_asyncio Configuration pointing at this emulator."""
+        from kubernetes_asyncio.client import Configuration
+
+        configuration = Configuration(host=self.base_url)
+        if self.token:
+            configuration.api_key = {"BearerToken": self.token}
+            configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        return configuration
+
+    def kubeconfig(self) -> dict[str, Any]:
+        user: dict[str, Any] = {"token": self.token} if self.token else {}
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "kubesim", "cluster": {"server": self.base_url}}],
+            "users": [{"name": "kubesim", "user": user}],
+            "contexts": [{"name": "kubesim", "context": {"cluster": "kubesim", "user": "kubesim"}}],
+            "current-context": "kubesim",
+        }
+
+    @property
+    def phantom_allocations(self) -> list[dra.PhantomAllocation]:
+        """Allocations that named devices no ResourceSlice published (accepted, as upstream)."""
+        strategy = self.registry.strategies.get(kinds.RESOURCE_CLAIMS.key)
+        if not isinstance(strategy, dra.ResourceClaimStrategy):
+            return []
+        return list(strategy.phantom_allocations)
+
+    def drop_watches(self) -> None:
+        """End every open watch stream (fault injection: clients must re-watch or relist)."""
+        for subscription in self.registry.storage.subscriptions():
+            subscription.drop()

@@ -1,0 +1,256 @@
+"""Simulated kubelets: bound pods start, become Ready, run for a while and finish.
+
+Owns pod lifecycle after binding: Running and Ready after `ready_seconds`; after the pod's
+`sim.gangq.dev/run-seconds` the container exits with `sim.gangq.dev/exit-code`: the pod ends
+Succeeded or Failed, or restarts in place when its restartPolicy says so; the grace-0 delete
+that completes a graceful deletion; node failure (NotReady + taint, pods lose Ready) and device
+taints written into ResourceSlices. It must not schedule or change specs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from gangq.queue.kubesim import deletion, kinds, status
+from gangq.queue.kubesim.registry import Registry
+from gangq.queue.kubesim.storage import DELETED, Event
+from gangq.queue.kubesim.validation import pods
+
+RUN_SECONDS = "sim.gangq.dev/run-seconds"
+EXIT_CODE = "sim.gangq.dev/exit-code"
+log = logging.getLogger(__name__)
+NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}
+
+
+def _condition(kind: str, state: str, now: str) -> dict[str, Any]:
+    return {"type": kind, "status": state, "lastProbeTime": None, "lastTransitionTime": now}
+
+
+@dataclass(eq=False)
+class Kubelets:
+    registry: Registry
+    ready_seconds: float = 0.0
+    _timers: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _dirty: set[tuple[str, str]] = field(default_factory=set)
+    _ip: int = 0
+
+    def _on_event(self, event: Event) -> None:
+        if event.resource != kinds.PODS.key:
+            return
+        metadata = event.object["metadata"]
+        if event.type == DELETED:
+            timer = self._timers.pop(str(metadata.get("uid")), None)
+            if timer is not None:
+                timer.cancel()
+            return
+        if (event.object.get("spec") or {}).get("nodeName"):
+            self._dirty.add((metadata.get("namespace") or "", metadata["name"]))
+            self._wake.set()
+
+    async def run(self) -> None:
+        self.registry.storage.listeners.append(self._on_event)
+        for pod in self.registry.storage.items(kinds.PODS.key):
+            if (pod.get("spec") or {}).get("nodeName"):
+                self._dirty.add((pod["metadata"].get("namespace") or "", pod["metadata"]["name"]))
+        self._wake.set()
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                dirty, self._dirty = self._dirty, set()
+                for namespace, name in sorted(dirty):
+                    try:
+                        self._sync(namespace, name)
+                    except status.ApiError as error:
+                        log.debug("kubelet sync of %s/%s: %s", namespace, name, error.message)
+                await asyncio.sleep(0)
+        finally:
+            self.registry.storage.listeners.remove(self._on_event)
+            for timer in self._timers.values():
+                timer.cancel()
+
+    def _later(self, uid: str, seconds: float, action: Any) -> None:
+        if uid in self._timers:
+            return
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            self._timers.pop(uid, None)
+            try:
+                action()
+            except status.ApiError:
+                return
+
+        self._timers[uid] = loop.call_later(max(seconds, 0.0), fire)
+
+    def _sync(self, namespace: str, name: str) -> None:
+        pod = self.registry.find(kinds.PODS, namespace, name)
+        if pod is None:
+            return
+        uid = str(pod["metadata"]["uid"])
+        phase = (pod.get("status") or {}).get("phase")
+        if pod["metadata"].get("deletionTimestamp"):
+            self._stop(pod)
+            return
+        node = self.registry.find(kinds.NODES, "", str(pod["spec"]["nodeName"]))
+        if node is None or not _is_ready(node):
+            return
+        if phase == "Pending":
+            self._later(uid, self.ready_seconds, lambda: self._start(namespace, name, uid))
+        elif phase == "Running" and RUN_SECONDS in (pod["metadata"].get("annotations") or {}):
+            seconds = float(pod["metadata"]["annotations"][RUN_SECONDS])
+            self._later(uid, seconds, lambda: self._finish(namespace, name, uid))
+
+    def _stop(self, pod: dict[str, Any]) -> None:
+        """Kill the containers (a status write), then remove the pod with grace 0 (corpus 3-24)."""
+        metadata = pod["metadata"]
+        namespace, name, uid = metadata["namespace"], metadata["name"], metadata["uid"]
+        now = self.registry.now()
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        if any("running" in (c.get("state") or {}) for c in statuses):
+            for container in statuses:
+                container["state"] = {
+                    "terminated": {"exitCode": 137, "reason": "Error", "finishedAt": now}
+                }
+                container["ready"] = False
+            for kind in ("ContainersReady", "Ready"):
+                pods.set_condition(pod, _condition(kind, "False", now))
+            self.registry.update(kinds.PODS, namespace, name, pod, subresource="status")
+        options = deletion.DeleteOptions(grace_seconds=0, uid=uid)
+        deletion.delete(self.registry, kinds.PODS, namespace, name, options)
+
+    def _start(self, namespace: str, name: str, uid: str) -> None:
+        pod = self.registry.find(kinds.PODS, namespace, name)
+        if pod is None or pod["metadata"]["uid"] != uid or pod["status"].get("phase") != "Pending":
+            return
+        now = self.registry.now()
+        self._ip += 1
+        pod_status = pod["status"]
+        pod_status["phase"] = "Running"
+        own = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
+        others = [c for c in pod_status.get("conditions") or [] if c.get("type") not in own]
+        pod_status["conditions"] = [_condition(kind, "True", now) for kind in own] + others
+        pod_status["hostIP"] = "127.0.0.1"
+        pod_status["podIP"] = f"10.244.{self._ip // 250}.{self._ip % 250 + 2}"
+        pod_status["podIPs"] = [{"ip": pod_status["podIP"]}]
+        pod_status["startTime"] = now
+        pod_status["containerStatuses"] = [
+            {
+                "name": c.get("name"),
+                "state": {"running": {"startedAt": now}},
+                "lastState": {},
+                "ready": True,
+                "restartCount": 0,
+                "image": c.get("image"),
+                "imageID": f"sim://{c.get('image')}",
+                "containerID": f"sim://{uid}/{c.get('name')}",
+                "started": True,
+            }
+            for c in pod["spec"].get("containers") or []
+        ]
+        self.registry.update(kinds.PODS, namespace, name, pod, subresource="status")
+
+    def _finish(self, namespace: str, name: str, uid: str) -> None:
+        pod = self.registry.find(kinds.PODS, namespace, name)
+        if pod is None or pod["metadata"]["uid"] != uid or pod["status"].get("phase") != "Running":
+            return
+        text = str((pod["metadata"].get("annotations") or {}).get(EXIT_CODE, "0"))
+        code = int(text) if text.lstrip("-").isdigit() else 1
+        now = self.registry.now()
+        reason = "Completed" if code == 0 else "Error"
+        terminated = {"terminated": {"exitCode": code, "reason": reason, "finishedAt": now}}
+        policy = pod["spec"].get("restartPolicy", "Always")
+        if policy == "Always" or (policy == "OnFailure" and code != 0):
+            # The container restarts in place: the pod stays Running (and runs again).
+            for container in pod["status"].get("containerStatuses") or []:
+                container["lastState"] = terminated
+                container["state"] = {"running": {"startedAt": now}}
+                container["restartCount"] = int(container.get("restartCount") or 0) + 1
+            self.registry.update(kinds.PODS, namespace, name, pod, subresource="status")
+            return
+        pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+        for kind in ("ContainersReady", "Ready"):
+            pods.set_condition(pod, _condition(kind, "False", now))
+        for container in pod["status"].get("containerStatuses") or []:
+            container["state"] = terminated
+            container["ready"] = False
+            container["started"] = False
+        self.registry.update(kinds.PODS, namespace, name, pod, subresource="status")
+
+    def fail_node(self, node_name: str) -> None:
+        """The node stops reporting: NotReady, tainted, and its pods lose Ready."""
+        node = self.registry.get(kinds.NODES, "", node_name)
+        now = self.registry.now()
+        for condition in node["status"].get("conditions") or []:
+            if condition.get("type") == "Ready":
+                condition.update(
+                    status="Unknown",
+                    reason="NodeStatusUnknown",
+                    message="Kubelet stopped posting node status.",
+                    lastTransitionTime=now,
+                )
+        taints = node.setdefault("spec", {}).setdefault("taints", [])
+        if not any(t.get("key") == NOT_READY_TAINT["key"] for t in taints):
+            taints.append(dict(NOT_READY_TAINT, timeAdded=now))
+        self.registry.update(kinds.NODES, "", node_name, node)
+        self.registry.update(
+            kinds.NODES, "", node_name, self._with_status(node_name, node), subresource="status"
+        )
+        for pod in list(self.registry.storage.items(kinds.PODS.key)):
+            if (pod.get("spec") or {}).get("nodeName") == node_name and pod["status"].get(
+                "phase"
+            ) == "Running":
+                current = self.registry.get(
+                    kinds.PODS, pod["metadata"]["namespace"], pod["metadata"]["name"]
+                )
+                pods.set_condition(current, _condition("Ready", "False", now))
+                self.registry.update(
+                    kinds.PODS,
+                    pod["metadata"]["namespace"],
+                    pod["metadata"]["name"],
+                    current,
+                    subresource="status",
+                )
+
+    def _with_status(self, node_name: str, node: dict[str, Any]) -> dict[str, Any]:
+        current = self.registry.get(kinds.NODES, "", node_name)
+        current["status"] = node["status"]
+        return current
+
+    def taint_device(
+        self,
+        node_name: str,
+        device: str,
+        *,
+        effect: str = "NoExecute",
+        key: str = "gangq.dev/unhealthy",
+    ) -> None:
+        """Publish a device taint in the node's ResourceSlice, as a DRA driver would."""
+        for resource_slice in list(self.registry.storage.items(kinds.RESOURCE_SLICES.key)):
+            if (resource_slice.get("spec") or {}).get("nodeName") != node_name:
+                continue
+            current = self.registry.get(
+                kinds.RESOURCE_SLICES, "", resource_slice["metadata"]["name"]
+            )
+            for entry in current["spec"].get("devices") or []:
+                if entry.get("name") == device:
+                    entry.setdefault("taints", []).append(
+                        {
+                            "key": key,
+                            "value": "true",
+                            "effect": effect,
+                            "timeAdded": self.registry.now(),
+                        }
+                    )
+            self.registry.update(kinds.RESOURCE_SLICES, "", current["metadata"]["name"], current)
+
+
+def _is_ready(node: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )

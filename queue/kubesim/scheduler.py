@@ -1,0 +1,349 @@
+"""A kube-scheduler with the DRA plugin: places ungated pods, allocates and reserves claims.
+
+Owns the scheduling loop (woken by storage events), node choice (filters, then fewest pods),
+claim allocation through `allocation.py`, the DRA PostFilter that frees a claim pinned to a
+node the pod cannot use, the 1.36 PreBind refusal of allocations without allocationTimestamp,
+binding, and the resourceclaim controller's release of reservations when a pod is gone. It
+must not bypass the API rules: every write goes through the registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.kubesim import allocation, claims, filters, kinds, status
+from gangq.queue.kubesim.registry import Registry
+from gangq.queue.kubesim.storage import DELETED, Event
+from gangq.queue.kubesim.validation import pods
+
+SCHEDULER_NAME = "default-scheduler"
+_RESYNC_SECONDS = 1.0
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _View:
+    """One cycle's picture of the cluster."""
+
+    nodes: list[dict[str, Any]]
+    used: dict[str, dict[str, int]]
+    counts: dict[str, int]
+    devices: dict[str, list[Any]]
+    held: dict[allocation.DeviceKey, str]
+    classes: dict[str, dict[str, Any]]
+
+
+@dataclass(eq=False)
+class Scheduler:
+    registry: Registry
+    matcher: DeviceMatcher = field(default_factory=DeviceMatcher)
+    reasons: dict[str, str] = field(default_factory=dict)
+    """Pod namespace/name -> why it is still pending (also posted as a FailedScheduling event)."""
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _gone: list[dict[str, Any]] = field(default_factory=list)
+    _candidates: set[tuple[str, str]] = field(default_factory=set)
+    """Pods that were pending when last written, so a cycle need not scan every pod."""
+
+    def _track(self, pod: dict[str, Any], *, deleted: bool) -> None:
+        key = (pod["metadata"].get("namespace") or "", pod["metadata"]["name"])
+        if not deleted and _is_pending(pod):
+            self._candidates.add(key)
+        else:
+            self._candidates.discard(key)
+
+    def _on_event(self, event: Event) -> None:
+        if event.resource == kinds.PODS.key:
+            self._track(event.object, deleted=event.type == DELETED)
+            if event.type == DELETED:
+                self._gone.append(event.object)
+        if event.resource in (
+            kinds.PODS.key,
+            kinds.RESOURCE_CLAIMS.key,
+            kinds.NODES.key,
+            kinds.RESOURCE_SLICES.key,
+        ):
+            self._wake.set()
+
+    async def run(self) -> None:
+        self.registry.storage.listeners.append(self._on_event)
+        for pod in self.registry.storage.items(kinds.PODS.key):
+            self._track(pod, deleted=False)
+        self._wake.set()
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_RESYNC_SECONDS):
+                        await self._wake.wait()
+                self._wake.clear()
+                self.cycle()
+                await asyncio.sleep(0)
+        finally:
+            self.registry.storage.listeners.remove(self._on_event)
+
+    def cycle(self) -> None:
+        """Release claims of gone pods, then try every pending pod once."""
+        gone, self._gone = self._gone, []
+        for pod in gone:
+            try:
+                claims.release(self.registry, pod)
+            except status.ApiError as error:
+                log.debug("releasing claims of a gone pod: %s", error.message)
+        storage = self.registry.storage
+        found = (storage.peek(kinds.PODS.key, *key) for key in sorted(self._candidates))
+        pending = [candidate for candidate in found if candidate and _is_pending(candidate)]
+        if not pending:
+            return
+        view = self._view()
+        for pod in sorted(
+            pending,
+            key=lambda p: (
+                -int((p.get("spec") or {}).get("priority") or 0),
+                p["metadata"].get("creationTimestamp", ""),
+            ),
+        ):
+            try:
+                self._schedule(pod, view)
+            except status.ApiError as error:
+                self._pending(pod, f"binding failed: {error.message}")
+
+    def _view(self) -> _View:
+        storage = self.registry.storage
+        used: dict[str, dict[str, int]] = {}
+        counts: dict[str, int] = {}
+        for pod in storage.items(kinds.PODS.key):
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                requests = filters.pod_requests(pod)
+                totals = used.setdefault(node, {"cpu": 0, "memory": 0})
+                for name, value in requests.items():
+                    totals[name] += value
+                counts[node] = counts.get(node, 0) + 1
+        return _View(
+            nodes=[dict(node) for node in storage.items(kinds.NODES.key)],
+            used=used,
+            counts=counts,
+            devices=allocation.devices_by_node(storage.items(kinds.RESOURCE_SLICES.key)),
+            held=allocation.allocated_devices(storage.items(kinds.RESOURCE_CLAIMS.key)),
+            classes={c["metadata"]["name"]: c for c in storage.items(kinds.DEVICE_CLASSES.key)},
+        )
+
+    def _claims(self, pod: dict[str, Any]) -> list[dict[str, Any]] | str:
+        namespace = pod["metadata"]["namespace"]
+        statuses = {
+            s.get("name"): s.get("resourceClaimName")
+            for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        }
+        pod_claims: list[dict[str, Any]] = []
+        for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+            name = entry.get("resourceClaimName") or statuses.get(entry.get("name"))
+            if not name and entry.get("resourceClaimTemplateName"):
+                name = claims.claim_from_template(self.registry, pod, entry)
+            claim = self.registry.find(kinds.RESOURCE_CLAIMS, namespace, str(name))
+            if claim is None:
+                return f'resourceclaim "{name}" not found'
+            pod_claims.append(claim)
+        return pod_claims
+
+    def _schedule(self, pod: dict[str, Any], view: _View) -> None:
+        pod_claims = self._claims(pod)
+        if isinstance(pod_claims, str):
+            self._pending(pod, pod_claims)
+            return
+        rejected: dict[str, str] = {}
+        for node in sorted(
+            view.nodes,
+            key=lambda n: (view.counts.get(n["metadata"]["name"], 0), n["metadata"]["name"]),
+        ):
+            name = node["metadata"]["name"]
+            reason = filters.reject_reason(
+                pod, node, used=view.used.get(name, {}), pod_count=view.counts.get(name, 0)
+            )
+            if reason is not None:
+                rejected[name] = reason
+                continue
+            plan = self._plan(pod_claims, node, view)
+            if isinstance(plan, str):
+                rejected[name] = plan
+                continue
+            self._commit(pod, node, pod_claims, plan, view)
+            return
+        self._post_filter(pod_claims, rejected)
+        summary = (
+            ", ".join(sorted({f"{reason}" for reason in rejected.values()})) or "no nodes available"
+        )
+        self._pending(pod, f"0/{len(view.nodes)} nodes are available: {summary}.")
+
+    def _plan(
+        self, pod_claims: list[dict[str, Any]], node: dict[str, Any], view: _View
+    ) -> dict[str, list[dict[str, Any]]] | str:
+        plan: dict[str, list[dict[str, Any]]] = {}
+        held = dict(view.held)
+        for claim in pod_claims:
+            existing = (claim.get("status") or {}).get("allocation")
+            if existing:
+                if not filters.matches_node_selector(existing.get("nodeSelector"), node):
+                    return "node(s) didn't match the claim's allocation"
+                continue
+            results = allocation.allocate(
+                claim,
+                view.devices.get(node["metadata"]["name"], []),
+                held=held,
+                classes=view.classes,
+                matcher=self.matcher,
+            )
+            if results is None:
+                return "cannot allocate all claims"
+            for result in results:
+                held[(result["driver"], result["pool"], result["device"])] = claim["metadata"][
+                    "name"
+                ]
+            plan[claim["metadata"]["name"]] = results
+        return plan
+
+    def _post_filter(self, pod_claims: list[dict[str, Any]], rejected: dict[str, str]) -> None:
+        """Free a claim pinned to a node that fails the pod for another reason, when another
+        node passes the non-device filters and no other pod holds the claim."""
+        device_reasons = (
+            "node(s) didn't match the claim's allocation",
+            "cannot allocate all claims",
+        )
+        open_nodes = {name for name, reason in rejected.items() if reason in device_reasons}
+        for claim in pod_claims:
+            claim_status = claim.get("status") or {}
+            allocated = claim_status.get("allocation")
+            if not allocated or claim_status.get("reservedFor"):
+                continue
+            pinned = [
+                n
+                for n in rejected
+                if filters.matches_node_selector(
+                    allocated.get("nodeSelector"), {"metadata": {"name": n, "labels": {}}}
+                )
+            ]
+            if (
+                pinned
+                and all(rejected[n] not in device_reasons for n in pinned)
+                and open_nodes - set(pinned)
+            ):
+                claim_status.pop("allocation", None)
+                self.registry.update(
+                    kinds.RESOURCE_CLAIMS,
+                    claim["metadata"]["namespace"],
+                    claim["metadata"]["name"],
+                    claim,
+                    subresource="status",
+                )
+
+    def _commit(
+        self,
+        pod: dict[str, Any],
+        node: dict[str, Any],
+        pod_claims: list[dict[str, Any]],
+        plan: dict[str, list[dict[str, Any]]],
+        view: _View,
+    ) -> None:
+        for claim in pod_claims:
+            existing = (claim.get("status") or {}).get("allocation")
+            if existing and not existing.get("allocationTimestamp"):
+                self._pending(
+                    pod,
+                    f'claim "{claim["metadata"]["name"]}": allocation has no allocationTimestamp; '
+                    "adding it is rejected: status.allocation: field is immutable",
+                )
+                return
+        node_name = node["metadata"]["name"]
+        namespace = pod["metadata"]["namespace"]
+        reference = {
+            "resource": "pods",
+            "name": pod["metadata"]["name"],
+            "uid": pod["metadata"]["uid"],
+        }
+        for claim in pod_claims:
+            results = plan.get(claim["metadata"]["name"])
+            self._reserve(claim, results, node=node_name, reference=reference)
+            for result in results or []:
+                device = (result["driver"], result["pool"], result["device"])
+                view.held[device] = claim["metadata"]["name"]
+        pods.bind(self.registry, namespace, pod["metadata"]["name"], node_name)
+        requests = filters.pod_requests(pod)
+        totals = view.used.setdefault(node_name, {"cpu": 0, "memory": 0})
+        for key, value in requests.items():
+            totals[key] += value
+        view.counts[node_name] = view.counts.get(node_name, 0) + 1
+        self.reasons.pop(f"{namespace}/{pod['metadata']['name']}", None)
+
+    def _reserve(
+        self,
+        claim: dict[str, Any],
+        results: list[dict[str, Any]] | None,
+        *,
+        node: str,
+        reference: dict[str, str],
+    ) -> None:
+        """Like kube-scheduler: protect the claim with a finalizer, then write allocation and
+        reservedFor in one status write (corpus 5-42); pre-allocated claims only get reserved."""
+        namespace, name = claim["metadata"]["namespace"], claim["metadata"]["name"]
+        current = claim
+        if results is not None:
+            finalizers = current["metadata"].setdefault("finalizers", [])
+            if claims.DELETE_PROTECTION not in finalizers:
+                finalizers.append(claims.DELETE_PROTECTION)
+                current = self.registry.update(
+                    kinds.RESOURCE_CLAIMS, namespace, name, current
+                ).object
+            selector = {"key": "metadata.name", "operator": "In", "values": [node]}
+            current["status"] = {
+                "allocation": {
+                    "devices": {"results": results},
+                    "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [selector]}]},
+                    "allocationTimestamp": self.registry.now(),
+                }
+            }
+        reserved = current.setdefault("status", {}).setdefault("reservedFor", [])
+        if not any(entry.get("uid") == reference["uid"] for entry in reserved):
+            reserved.append(reference)
+        self.registry.update(kinds.RESOURCE_CLAIMS, namespace, name, current, subresource="status")
+
+    def _pending(self, pod: dict[str, Any], reason: str) -> None:
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        if self.reasons.get(key) == reason:
+            return
+        self.reasons[key] = reason
+        log.debug("pod %s pending: %s", key, reason)
+        event = {
+            "metadata": {"generateName": f"{pod['metadata']['name']}."},
+            "involvedObject": {
+                "kind": "Pod",
+                "namespace": pod["metadata"]["namespace"],
+                "name": pod["metadata"]["name"],
+                "uid": pod["metadata"]["uid"],
+                "apiVersion": "v1",
+            },
+            "reason": "FailedScheduling",
+            "message": reason,
+            "type": "Warning",
+            "source": {"component": SCHEDULER_NAME},
+            "count": 1,
+            "firstTimestamp": self.registry.now(),
+            "lastTimestamp": self.registry.now(),
+        }
+        try:
+            self.registry.create(kinds.EVENTS, pod["metadata"]["namespace"], event)
+        except status.ApiError as error:
+            log.debug("event for %s not recorded: %s", key, error.message)
+
+
+def _is_pending(pod: dict[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    return (
+        not spec.get("nodeName")
+        and not spec.get("schedulingGates")
+        and not pod["metadata"].get("deletionTimestamp")
+        and spec.get("schedulerName", SCHEDULER_NAME) == SCHEDULER_NAME
+        and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+    )

@@ -1,0 +1,406 @@
+"""The HTTP surface: aiohttp routes that turn kube-apiserver requests into registry calls.
+
+Owns URL parsing (/api/v1, /apis/<group>/<version>, namespaces, subresources, legacy /watch),
+bearer-token checks, request bodies (JSON, apply YAML), Status responses, Warning headers,
+watch streaming and fault injection. It must not hold Kubernetes semantics: those live in
+`registry.py`, `listing.py`, `watch.py` and the per-kind strategies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from gangq.queue.kubesim import (
+    deletion,
+    discovery,
+    kinds,
+    listing,
+    patch,
+    selectors,
+    status,
+    watch,
+)
+from gangq.queue.kubesim.faults import Faults
+from gangq.queue.kubesim.registry import Registry
+from gangq.queue.kubesim.validation import pods
+
+log = logging.getLogger(__name__)
+_BOOLEAN_PARAMETERS = frozenset({"watch", "allowWatchBookmarks", "sendInitialEvents"})
+_PATCH_TYPES = (patch.MERGE_PATCH, patch.JSON_PATCH, patch.STRATEGIC_MERGE_PATCH, patch.APPLY_PATCH)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    rt: kinds.ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+
+def _json(body: Any, code: int, *, warnings: list[str] | None = None) -> web.Response:
+    response = web.Response(
+        body=json.dumps(body, separators=(",", ":")).encode(),
+        status=code,
+        content_type="application/json",
+    )
+    for warning in warnings or []:
+        response.headers.add("Warning", f'299 - "{warning.replace(chr(34), chr(92) + chr(34))}"')
+    return response
+
+
+def _error(error: status.ApiError) -> web.Response:
+    if error.text is not None:
+        response = web.Response(text=error.text, status=error.code, content_type="text/plain")
+    else:
+        response = _json(error.body(), error.code)
+    for key, value in error.headers.items():
+        response.headers[key] = value
+    return response
+
+
+def _aggregated(request: web.Request, body: dict[str, Any]) -> web.Response:
+    """Aggregated discovery with an ETag; a matching If-None-Match is a 304 (corpus 1-11)."""
+    encoded = json.dumps(body, separators=(",", ":")).encode()
+    etag = '"' + hashlib.sha512(encoded).hexdigest().upper() + '"'
+    headers = {"ETag": etag, "Vary": "Accept", "Cache-Control": "public"}
+    if request.headers.get("If-None-Match") == etag:
+        return web.Response(status=304, headers=headers)
+    content_type = discovery.AGGREGATED_V2
+    return web.Response(body=encoded, status=200, headers=headers | {"Content-Type": content_type})
+
+
+@dataclass(eq=False)
+class ApiServer:
+    registry: Registry
+    faults: Faults
+    token: str | None = None
+    address: str = "127.0.0.1:6443"
+    bookmark_interval: float = 60.0
+
+    def application(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            self._authenticate(request)
+            return await self._route(request)
+        except status.ApiError as error:
+            return _error(error)
+        except (ValueError, TypeError, KeyError, AttributeError) as error:
+            # Input the emulator does not anticipate: answer like the real server's panic
+            # recovery instead of dropping the connection.
+            log.warning("%s %s failed: %r", request.method, request.path, error)
+            return _error(status.internal_error(f"Internal error occurred: {error!r}"))
+
+    def _authenticate(self, request: web.Request) -> None:
+        if self.token is None:
+            return
+        header = request.headers.get("Authorization", "")
+        if not header:
+            raise self._forbidden(request)
+        if header != f"Bearer {self.token}":
+            raise status.ApiError(401, "Unauthorized", "Unauthorized")
+
+    def _forbidden(self, request: web.Request) -> status.ApiError:
+        """What RBAC answers system:anonymous (corpus 1-12)."""
+        user = 'User "system:anonymous"'
+        parts = [part for part in request.path.split("/") if part]
+        if parts[:2] == ["api", "v1"] and len(parts) > 2:
+            group, version, rest = "", "v1", parts[2:]
+        elif parts[:1] == ["apis"] and len(parts) > 3:
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            message = f'forbidden: {user} cannot {request.method.lower()} path "{request.path}"'
+            return status.ApiError(403, "Forbidden", message, details={})
+        try:
+            target = self._target(group, version, rest)
+        except status.ApiError:
+            message = f'forbidden: {user} cannot {request.method.lower()} path "{request.path}"'
+            return status.ApiError(403, "Forbidden", message, details={})
+        verb = self._verb(request.method, target, watch=request.query.get("watch") in ("true", "1"))
+        scope = (
+            f'in the namespace "{target.namespace}"' if target.namespace else "at the cluster scope"
+        )
+        details: dict[str, Any] = {"name": target.name} if target.name else {}
+        if group:
+            details["group"] = group
+        details["kind"] = target.rt.plural
+        resource = f"{target.rt.plural}.{group}" if group else target.rt.plural
+        named = f' "{target.name}"' if target.name else ""
+        message = (
+            f"{resource}{named} is forbidden: {user} cannot {verb} resource "
+            f'"{target.rt.plural}" in API group "{group}" {scope}'
+        )
+        return status.ApiError(403, "Forbidden", message, details=details)
+
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        parts = [part for part in request.path.split("/") if part]
+        if parts == ["version"]:
+            return _json(discovery.VERSION, 200)
+        types = list(self.registry.types.values())
+        aggregated = discovery.AGGREGATED_V2 in request.headers.get("Accept", "")
+        if parts == ["api"]:
+            if aggregated:
+                return _aggregated(request, discovery.aggregated(types, core=True))
+            return _json(discovery.api_versions(self.address), 200)
+        if parts == ["apis"]:
+            if aggregated:
+                return _aggregated(request, discovery.aggregated(types, core=False))
+            return _json(discovery.group_list(types), 200)
+        if parts[:2] == ["api", "v1"]:
+            group, version, rest = "", "v1", parts[2:]
+        elif len(parts) >= 2 and parts[0] == "apis":
+            versions = discovery.groups(types).get(parts[1])
+            if versions is None or (len(parts) > 2 and parts[2] not in versions):
+                raise status.ApiError(404, "NotFound", "", text="404 page not found\n")
+            if len(parts) == 2:
+                return _json(
+                    {"kind": "APIGroup", "apiVersion": "v1"}
+                    | discovery.api_group(parts[1], versions),
+                    200,
+                )
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise status.ApiError(404, "NotFound", "", text="404 page not found\n")
+        served = [rt for rt in types if rt.group == group and rt.version == version]
+        if not rest:
+            gv = f"{group}/{version}" if group else version
+            return _json(discovery.resource_list(gv, served), 200)
+        return await self._resource(request, group, version, rest)
+
+    def _target(self, group: str, version: str, rest: list[str]) -> Target:
+        def lookup(plural: str) -> kinds.ResourceType:
+            rt = self.registry.resolve(group, version, plural)
+            if rt is None:
+                raise status.resource_not_found()
+            return rt
+
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            rt = self.registry.resolve(group, version, rest[2])
+            if rt is not None and rt.namespaced:
+                name = rest[3] if len(rest) > 3 else None
+                return Target(rt, rest[1], name, rest[4] if len(rest) > 4 else None)
+            if group == "" and rest[2] == "bindings" and len(rest) == 3:
+                return Target(kinds.PODS, rest[1], None, "bindings")
+            if rest[2] not in ("status", "finalize"):
+                raise status.resource_not_found()
+        rt = lookup(rest[0])
+        if len(rest) > 3:
+            raise status.resource_not_found()
+        return Target(
+            rt, None, rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None
+        )
+
+    async def _resource(
+        self, request: web.Request, group: str, version: str, rest: list[str]
+    ) -> web.StreamResponse:
+        is_watch = rest[0] == "watch"
+        target = self._target(group, version, rest[1:] if is_watch else rest)
+        query = {
+            key: value.lower() if key in _BOOLEAN_PARAMETERS else value
+            for key, value in request.query.items()
+        }
+        is_watch = is_watch or query.get("watch") in ("true", "1")
+        verb = self._verb(request.method, target, watch=is_watch)
+        self.faults.check(verb, target.rt.plural, name=target.name or "")
+        delay = self.faults.delay_for(verb, target.rt.plural)
+        if delay:
+            await asyncio.sleep(delay)
+        if is_watch:
+            return await self._watch(request, target, query)
+        return await self._dispatch(request, target, verb, query)
+
+    @staticmethod
+    def _verb(method: str, target: Target, *, watch: bool) -> str:
+        if watch:
+            return "watch"
+        collection = target.name is None
+        return {
+            "GET": "list" if collection else "get",
+            "POST": "create",
+            "PUT": "update",
+            "PATCH": "patch",
+            "DELETE": "deletecollection" if collection else "delete",
+        }.get(method, method.lower())
+
+    async def _body(self, request: web.Request, rt: kinds.ResourceType) -> Any:
+        raw = await request.read()
+        if not raw:
+            return None
+        text = raw.decode("utf-8", errors="replace")
+        if request.content_type == patch.APPLY_PATCH:
+            try:
+                return yaml.safe_load(text)
+            except yaml.YAMLError as error:
+                raise status.bad_request(f"error decoding YAML: {error}") from error
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            snippet = text[:30] + " ..." if len(text) > 30 else text
+            raise status.bad_request(
+                f"the object provided is unrecognized (must be of type {rt.kind}): "
+                "couldn't get version/kind; "
+                f"json parse error: unexpected end of JSON input ({snippet})"
+            ) from error
+
+    async def _dispatch(
+        self, request: web.Request, target: Target, verb: str, query: dict[str, str]
+    ) -> web.StreamResponse:
+        if verb in ("list", "get"):
+            return self._read(request, target, verb, query)
+        body = await self._body(request, target.rt)
+        if verb in ("delete", "deletecollection"):
+            return _json(self._delete(target, query, body), 200)
+        rt, namespace, name = target.rt, target.namespace or "", target.name
+        strict = query.get("fieldValidation") == "Strict"
+        if verb == "create":
+            if target.subresource is not None or name is not None:
+                return _json(self._subresource_post(target, body), 201)
+            written = self.registry.create(
+                rt, namespace, body, dry_run="dryRun" in query, strict=strict
+            )
+            return _json(written.object, 201, warnings=written.warnings)
+        assert name is not None
+        if verb == "update":
+            written = self.registry.update(
+                rt, namespace, name, body, subresource=target.subresource, strict=strict
+            )
+            return _json(written.object, 200, warnings=written.warnings)
+        if request.content_type not in _PATCH_TYPES:
+            raise status.unsupported_media_type("415: Unsupported Media Type", details=True)
+        written = self.registry.patch(
+            rt,
+            namespace,
+            name,
+            request.content_type,
+            body,
+            subresource=target.subresource,
+            field_manager=query.get("fieldManager"),
+        )
+        return _json(written.object, 201 if written.created else 200, warnings=written.warnings)
+
+    def _read(
+        self, request: web.Request, target: Target, verb: str, query: dict[str, str]
+    ) -> web.Response:
+        rt, registry = target.rt, self.registry
+        if verb == "list":
+            scope = target.namespace if rt.namespaced else None
+            result = listing.list_objects(
+                rt, registry.storage, query, namespace=scope, present=registry.strategy(rt).present
+            )
+        else:
+            assert target.name is not None
+            found = registry.get(rt, target.namespace or "", target.name)
+            result = {"metadata": found["metadata"], "items": [found]}
+        if listing.TABLE_ACCEPT in request.headers.get("Accept", ""):
+            include = query.get("includeObject", "Metadata")
+            table = listing.as_table(rt, result, include_object=include, now=registry.clock())
+            return _json(table, 200)
+        return _json(result if verb == "list" else result["items"][0], 200)
+
+    def _delete(self, target: Target, query: dict[str, str], body: Any) -> dict[str, Any]:
+        rt, registry = target.rt, self.registry
+        options = self._delete_options(query, body)
+        if target.name is not None:
+            return deletion.delete(registry, rt, target.namespace or "", target.name, options)
+        scope = target.namespace if rt.namespaced else None
+        selection = listing.parse_filter(rt, scope, query)
+        deleted = [
+            deletion.delete(
+                registry,
+                rt,
+                obj["metadata"].get("namespace") or "",
+                obj["metadata"]["name"],
+                options,
+            )
+            for obj in list(registry.storage.items(rt.store_key, scope))
+            if selection.matches(obj)
+        ]
+        return {
+            "kind": f"{rt.kind}List",
+            "apiVersion": rt.api_version,
+            "metadata": {"resourceVersion": str(registry.storage.resource_version)},
+            "items": deleted,
+        }
+
+    def _subresource_post(self, target: Target, body: Any) -> dict[str, Any]:
+        if target.rt.key != kinds.PODS.key or target.subresource not in (
+            "binding",
+            "bindings",
+            "eviction",
+        ):
+            raise status.ApiError(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+                details={},
+            )
+        namespace = target.namespace or ""
+        body = body if isinstance(body, dict) else {}
+        if target.subresource == "eviction":
+            assert target.name is not None
+            pods.evict(self.registry, namespace, target.name)
+            return status.success(201)
+        name = target.name or str((body.get("metadata") or {}).get("name") or "")
+        node = str((body.get("target") or {}).get("name") or "")
+        pods.bind(self.registry, namespace, name, node)
+        return status.success(201)
+
+    @staticmethod
+    def _delete_options(query: dict[str, str], body: Any) -> deletion.DeleteOptions:
+        options = body if isinstance(body, dict) else {}
+        propagation = query.get("propagationPolicy") or options.get("propagationPolicy")
+        if propagation is None and options.get("orphanDependents") is not None:
+            propagation = "Orphan" if options["orphanDependents"] else "Background"
+        grace = query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
+        if grace is not None and not str(grace).lstrip("-").isdigit():
+            raise status.bad_request(f'invalid value for gracePeriodSeconds: "{grace}"')
+        preconditions = options.get("preconditions") or {}
+        return deletion.DeleteOptions(
+            propagation=propagation,
+            grace_seconds=None if grace is None else int(grace),
+            uid=preconditions.get("uid"),
+            resource_version=preconditions.get("resourceVersion"),
+            dry_run="dryRun" in query or bool(options.get("dryRun")),
+        )
+
+    async def _watch(
+        self, request: web.Request, target: Target, query: dict[str, str]
+    ) -> web.StreamResponse:
+        rt = target.rt
+        listing.check_resource_version(query, self.registry.storage, watch=True)
+        scope = target.namespace if rt.namespaced else None
+        selection = listing.parse_filter(rt, scope, query)
+        if target.name is not None:
+            named = selectors.FieldRequirement("metadata.name", target.name, negated=False)
+            selection = listing.Filter(
+                selection.namespace, selection.labels, [*selection.fields, named]
+            )
+        options = watch.WatchOptions.from_query(query, bookmark_interval=self.bookmark_interval)
+        response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+
+        present = self.registry.strategy(rt).present
+
+        async def send(event: dict[str, Any]) -> None:
+            if event["type"] not in (watch.BOOKMARK, watch.ERROR):
+                event = {"type": event["type"], "object": present(event["object"])}
+            await response.write(watch.encode(event))
+
+        with contextlib.suppress(ConnectionResetError):
+            # The client went away: nothing left to tell it.
+            await watch.stream(rt, self.registry.storage, selection, options, send)
+            await response.write_eof()
+        return response

@@ -1,0 +1,1 @@
+"""Per-kind validation and defaulting, with the real API server's field-error wording."""
