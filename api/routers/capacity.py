@@ -1,0 +1,28 @@
+"""`/v1/capacity`: devices by state per device class, topology domain and node."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Request, status
+
+from gangq.api import capacity, schemas
+from gangq.api.deps import PrincipalDep, SessionDep
+from gangq.queue.store import reservations
+
+router = APIRouter(prefix="/v1/capacity", tags=["capacity"], responses=schemas.AUTHENTICATED_ERRORS)
+
+
+@router.get("", response_model=schemas.CapacityOut)
+async def get_capacity(
+    principal: PrincipalDep, session: SessionDep, request: Request
+) -> schemas.CapacityOut:
+    """Counts only, no tenant names: every authenticated caller may read it."""
+    view: capacity.ClusterView | None = request.app.state.cluster
+    inventory = None if view is None else view.inventory()
+    if inventory is None:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            "this process has no view of the cluster yet; retry when it has synced",
+        )
+    reserved = await reservations.reserved_devices(session)
+    report = capacity.summarize(inventory, reserved, matcher=request.app.state.matcher)
+    return schemas.CapacityOut.of(report)

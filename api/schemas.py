@@ -1,0 +1,355 @@
+"""The JSON shapes of the REST API: `…In` models validate what callers send, `…Out` what they get.
+
+Owns field names (camelCase on the wire, as in the TrainingJob CRD), limits on input and the
+conversions from store records. It must not query anything or decide permissions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from gangq.api import capacity
+from gangq.queue.core import model
+from gangq.queue.store import events, jobs, tenants
+
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+# A tier as the TrainingJob CRD accepts it in spec.tier.
+TierName = Annotated[
+    str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+]
+
+
+class Schema(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class InputSchema(Schema):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid"
+    )
+
+
+def _refuse_bool_and_text(kind: str, message: str) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if isinstance(value, bool | str):
+            raise PydanticCustomError(kind, message)
+        return value
+
+    return check
+
+
+# JSON Schema's integer and number, which the OpenAPI document promises: `true` and "4" are
+# neither (pydantic's lax mode would take them), 4.0 is the integer 4 (its strict mode refuses).
+JsonInt = Annotated[
+    int, BeforeValidator(_refuse_bool_and_text("int_type", "Input should be a valid integer"))
+]
+JsonNumber = Annotated[
+    float, BeforeValidator(_refuse_bool_and_text("float_type", "Input should be a valid number"))
+]
+
+
+def instant(unix_s: float | None) -> datetime | None:
+    return None if unix_s is None else datetime.fromtimestamp(unix_s, tz=UTC)
+
+
+class PendingReasonOut(Schema):
+    code: str
+    message: str
+
+
+class JobOut(Schema):
+    namespace: str
+    name: str
+    uid: str
+    tenant: str
+    tier: str
+    priority: int
+    replicas: int
+    devices_per_replica: int
+    device_class_name: str
+    phase: str
+    submitted_at: datetime
+    admitted_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    queue_position: int | None = Field(description="1 is next; only for queued jobs")
+    reason: PendingReasonOut | None = Field(description="why the job waits (PRODUCT rule 10)")
+    attempts: int
+    preemptions: int
+    restarts: int
+    borrowed: int = Field(description="devices used above the tenant's nominal quota")
+    evicting: bool
+    reserved_start_at: datetime | None = Field(
+        default=None,
+        description="start a backfill reservation holds for this queued job (PRODUCT rule 5)",
+    )
+    eta_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="seconds from now until the reserved start; 0 once it is due; "
+        "null without a reservation",
+    )
+
+    @classmethod
+    def of(cls, record: jobs.JobRecord, *, now: float) -> JobOut:
+        """The ETA is relative to `now`, so it is computed per response, never stored."""
+        namespace, _, name = record.key.partition("/")
+        reason = record.reason
+        return cls(
+            namespace=namespace,
+            name=name,
+            uid=record.uid,
+            tenant=record.tenant,
+            tier=record.tier,
+            priority=record.priority,
+            replicas=record.replicas,
+            devices_per_replica=record.devices_per_replica,
+            device_class_name=record.device_class,
+            phase=record.phase,
+            submitted_at=datetime.fromtimestamp(record.submitted_at, tz=UTC),
+            admitted_at=instant(record.admitted_at),
+            started_at=instant(record.started_at),
+            finished_at=instant(record.finished_at),
+            queue_position=record.position,
+            reason=None
+            if reason is None
+            else PendingReasonOut(code=reason.code, message=reason.message),
+            attempts=record.attempts,
+            preemptions=record.preemptions,
+            restarts=record.restarts,
+            borrowed=record.borrowed,
+            evicting=record.is_evicting,
+            reserved_start_at=instant(record.reserved_start_at),
+            eta_seconds=None
+            if record.reserved_start_at is None
+            else max(0.0, record.reserved_start_at - now),
+        )
+
+
+class JobPageOut(Schema):
+    items: list[JobOut]
+    total: int = Field(description="jobs matching the filters, over all pages")
+    limit: int
+    offset: int
+
+
+class ReplicaPlacementOut(Schema):
+    replica: int
+    node: str
+    devices: list[str] = Field(description="device ids driver/pool/device")
+
+    @classmethod
+    def of(cls, placement: model.ReplicaPlacement) -> ReplicaPlacementOut:
+        return cls(replica=placement.replica, node=placement.node, devices=list(placement.devices))
+
+
+class EventOut(Schema):
+    kind: str
+    actor: str
+    at: datetime
+    reason: str
+    details: dict[str, Any]
+
+    @classmethod
+    def of(cls, event: events.Event) -> EventOut:
+        return cls(
+            kind=event.kind,
+            actor=event.actor,
+            at=datetime.fromtimestamp(event.at, tz=UTC),
+            reason=event.reason,
+            details=event.details,
+        )
+
+
+class JobDetailOut(Schema):
+    job: JobOut
+    placement: list[ReplicaPlacementOut]
+    history: list[EventOut]
+
+    @classmethod
+    def of(cls, detail: jobs.JobDetail, *, now: float) -> JobDetailOut:
+        return cls(
+            job=JobOut.of(detail.job, now=now),
+            placement=[ReplicaPlacementOut.of(p) for p in detail.placement],
+            history=[EventOut.of(e) for e in detail.history],
+        )
+
+
+class QueueOut(Schema):
+    tier: str
+    tenant: str
+    pending: int
+    admitted: int
+    oldest_wait_seconds: float | None
+
+    @classmethod
+    def of(cls, summary: jobs.QueueSummary) -> QueueOut:
+        return cls(
+            tier=summary.tier,
+            tenant=summary.tenant,
+            pending=summary.pending,
+            admitted=summary.admitted,
+            oldest_wait_seconds=summary.oldest_wait_s,
+        )
+
+
+class QuotaOut(Schema):
+    device_class_name: str
+    nominal: int
+    borrowing_limit: int
+    weight: float
+    allowed_tiers: list[str]
+
+
+class TenantOut(Schema):
+    name: str
+    quotas: list[QuotaOut]
+
+    @classmethod
+    def of(cls, record: tenants.TenantRecord) -> TenantOut:
+        return cls(
+            name=record.name,
+            quotas=[
+                QuotaOut(
+                    device_class_name=q.device_class,
+                    nominal=q.nominal,
+                    borrowing_limit=q.borrowing_limit,
+                    weight=q.weight,
+                    allowed_tiers=list(q.allowed_tiers),
+                )
+                for q in record.quotas
+            ],
+        )
+
+
+class TenantDetailOut(TenantOut):
+    history: list[EventOut] = Field(description="the latest quota changes, newest first")
+
+
+class QuotaIn(InputSchema):
+    device_class_name: str = Field(min_length=1, max_length=253, pattern=NAME_PATTERN)
+    nominal: JsonInt = Field(ge=0, le=1_000_000, description="devices guaranteed to the tenant")
+    borrowing_limit: JsonInt = Field(
+        default=0, ge=0, le=1_000_000, description="devices it may use above nominal while idle"
+    )
+    weight: JsonNumber = Field(default=1.0, gt=0, le=1000, description="fair-share weight")
+    allowed_tiers: list[TierName] = Field(
+        default_factory=list, max_length=32, description="tiers the tenant may submit; empty: all"
+    )
+
+
+class TenantIn(InputSchema):
+    quotas: list[QuotaIn] = Field(max_length=64)
+
+    def to_quotas(self, tenant: str) -> tuple[model.TenantQuota, ...]:
+        return tuple(
+            model.TenantQuota(
+                tenant=model.Tenant(tenant),
+                device_class=q.device_class_name,
+                nominal=q.nominal,
+                borrowing_limit=q.borrowing_limit,
+                weight=q.weight,
+                allowed_tiers=tuple(q.allowed_tiers),
+            )
+            for q in self.quotas
+        )
+
+
+class ErrorOut(Schema):
+    detail: str
+
+
+ERROR_DESCRIPTIONS = {
+    400: "a filter or change the store refuses; the message says what to fix",
+    401: "no bearer token, or one that is unknown or expired",
+    403: "the caller's role or tenants do not allow this",
+    404: "no such object that the caller may read",
+    503: "PostgreSQL is unreachable, or the cluster view has not synced yet: retry shortly",
+}
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` of the errors an operation can answer, each with an `ErrorOut` body."""
+    return {code: {"model": ErrorOut, "description": ERROR_DESCRIPTIONS[code]} for code in codes}
+
+
+AUTHENTICATED_ERRORS = error_responses(401, 403, 503)
+"""What every operation behind a bearer token and the database can answer."""
+
+
+class GangShapeOut(Schema):
+    replicas: int
+    devices_per_replica: int
+    devices: int
+
+
+class UsageOut(Schema):
+    device_class_name: str
+    total: int
+    free: int
+    reserved: int
+    held_by_others: int = Field(description="allocated by claims gangq did not make; never free")
+    unavailable: int = Field(description="tainted devices, NotReady or cordoned nodes")
+    largest_replica: int = Field(description="most free devices on one node")
+    largest_placeable_gang: GangShapeOut = Field(
+        description="whole-node replicas that could be placed now (CPU, memory and selectors aside)"
+    )
+
+    @classmethod
+    def of(cls, device_class: str, usage: capacity.Usage) -> UsageOut:
+        return cls(
+            device_class_name=device_class,
+            total=usage.total,
+            free=usage.by_state["free"],
+            reserved=usage.by_state["reserved"],
+            held_by_others=usage.by_state["held_by_others"],
+            unavailable=usage.by_state["unavailable"],
+            largest_replica=usage.largest_replica,
+            largest_placeable_gang=GangShapeOut(
+                replicas=usage.whole_node_replicas,
+                devices_per_replica=usage.devices_per_node,
+                devices=usage.largest_gang_devices,
+            ),
+        )
+
+
+class NodeCapacityOut(Schema):
+    node: str
+    device_classes: list[UsageOut]
+
+
+class DomainCapacityOut(Schema):
+    key: str
+    value: str
+    device_classes: list[UsageOut]
+
+
+class CapacityOut(Schema):
+    device_classes: list[UsageOut]
+    domains: list[DomainCapacityOut]
+    nodes: list[NodeCapacityOut]
+
+    @classmethod
+    def of(cls, report: capacity.CapacityReport) -> CapacityOut:
+        def usages(by_class: Mapping[str, capacity.Usage]) -> list[UsageOut]:
+            return [UsageOut.of(name, by_class[name]) for name in sorted(by_class)]
+
+        return cls(
+            device_classes=usages(report.classes),
+            domains=[
+                DomainCapacityOut(
+                    key=key, value=value, device_classes=usages(report.domains[(key, value)])
+                )
+                for key, value in sorted(report.domains)
+            ],
+            nodes=[
+                NodeCapacityOut(node=name, device_classes=usages(report.nodes[name]))
+                for name in sorted(report.nodes)
+            ],
+        )

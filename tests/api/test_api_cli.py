@@ -1,0 +1,190 @@
+"""`gangq jobs | job | queues | tenants | capacity` against the API served over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import pytest
+from api_scenario import CLUSTER_ADMIN, QUOTA_ADMIN, VIEWER_A
+
+from gangq.queue import cli
+
+
+async def gangq(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run the command in a thread (its HTTP calls block) and return exit code and output."""
+    try:
+        await asyncio.to_thread(cli.main, list(argv))
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def lines(text: str) -> list[list[str]]:
+    return [line.split() for line in text.strip().splitlines()]
+
+
+async def test_jobs_table_for_a_viewer(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = await gangq(capsys, "jobs", "--server", server, "--token", VIEWER_A)
+    assert code == 0
+    header, *rows = out.strip().splitlines()
+    assert header.split() == ["JOB", "TENANT", "TIER", "PHASE", "POS", "GANG", "WAITING", "REASON"]
+    assert [row.split()[:6] for row in rows] == [
+        ["team-a/a-big", "team-a", "training", "Queued", "1", "2x4"],
+        ["team-a/a-small", "team-a", "training", "Admitted", "-", "1x2"],
+    ]
+    assert rows[0].endswith(
+        "quota: tenant team-a uses 2/4 nominal, borrowing limit 0, job needs 8 gpu.nvidia.com"
+    )
+
+
+async def test_jobs_json_with_filters(
+    server: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GANGQ_SERVER", server)
+    monkeypatch.setenv("GANGQ_TOKEN", CLUSTER_ADMIN)
+    code, out, _ = await gangq(capsys, "jobs", "--phase", "Admitted", "--json")
+    assert code == 0
+    page = json.loads(out)
+    assert page["total"] == 2
+    assert {j["name"] for j in page["items"]} == {"a-small", "b-one"}
+
+
+async def test_one_job_with_placement_and_history(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = await gangq(
+        capsys, "job", "team-a/a-small", "--server", server, "--token", VIEWER_A
+    )
+    assert code == 0
+    assert "Phase:     Admitted" in out
+    assert "Gang:      1 x 2 gpu.nvidia.com" in out
+    placement = out.split("Placement:\n")[1].split("\n\n")[0]
+    assert lines(placement)[0] == ["REPLICA", "NODE", "DEVICES"]
+    assert lines(placement)[1][0] == "0"
+    history = out.split("History:\n")[1]
+    assert [row[1] for row in lines(history)[1:]] == ["enqueued", "admitted"]
+
+
+async def test_errors_say_what_to_do(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = await gangq(
+        capsys, "job", "team-b/b-one", "--server", server, "--token", VIEWER_A
+    )
+    assert (code, err.strip()) == (
+        2,
+        "gangq: error: GET /v1/jobs/team-b/b-one: 404 no job team-b/b-one that you may read",
+    )
+    code, _, err = await gangq(capsys, "queues", "--server", server, "--token", "")
+    assert code == 2
+    assert err.strip().endswith(
+        "401 send a bearer token: Authorization: Bearer TOKEN (pass --token or set GANGQ_TOKEN)"
+    )
+    code, _, err = await gangq(capsys, "job", "no-slash", "--server", server)
+    assert (code, err.strip()) == (
+        2,
+        "gangq: error: the job must be given as NAMESPACE/NAME, got 'no-slash'",
+    )
+
+
+async def test_unreachable_server(capsys: pytest.CaptureFixture[str]) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()
+    code, _, err = await gangq(capsys, "queues", "--server", f"http://127.0.0.1:{port}")
+    assert code == 2
+    assert f"cannot reach gangq at http://127.0.0.1:{port}" in err
+    assert "(set --server or GANGQ_SERVER)" in err
+
+
+async def test_queues_and_tenants_tables(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = await gangq(capsys, "queues", "--server", server, "--token", CLUSTER_ADMIN)
+    assert code == 0
+    table = lines(out)
+    assert table[0] == ["TIER", "TENANT", "PENDING", "ADMITTED", "OLDEST", "WAIT"]
+    assert [row[:4] for row in table[1:]] == [
+        ["training", "team-a", "1", "1"],
+        ["training", "team-b", "0", "1"],
+    ]
+    code, out, _ = await gangq(capsys, "tenants", "--server", server, "--token", VIEWER_A)
+    assert code == 0
+    assert lines(out)[1:] == [["team-a", "gpu.nvidia.com", "4", "0", "1", "(all)"]]
+
+
+async def test_tenants_set_changes_one_class_and_keeps_the_rest(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    admin = ("--server", server, "--token", QUOTA_ADMIN)
+    code, out, _ = await gangq(
+        capsys,
+        "tenants",
+        "set",
+        "team-a",
+        "--device-class",
+        "nic.example.com",
+        "--nominal",
+        "2",
+        *admin,
+    )
+    assert code == 0
+    code, out, _ = await gangq(
+        capsys,
+        "tenants",
+        "set",
+        "team-a",
+        "--device-class",
+        "gpu.nvidia.com",
+        "--borrowing-limit",
+        "4",
+        "--weight",
+        "2",
+        "--tiers",
+        "training,small",
+        *admin,
+    )
+    assert code == 0
+    assert lines(out)[1:] == [
+        ["team-a", "nic.example.com", "2", "0", "1", "(all)"],
+        ["team-a", "gpu.nvidia.com", "4", "4", "2", "training,small"],
+    ]
+    code, _, err = await gangq(
+        capsys, "tenants", "set", "team-z", "--device-class", "gpu.nvidia.com", *admin
+    )
+    assert (code, err.strip()) == (
+        2,
+        "gangq: error: tenant team-z has no quota for gpu.nvidia.com yet: give --nominal",
+    )
+    code, _, err = await gangq(
+        capsys,
+        "tenants",
+        "set",
+        "team-a",
+        "--device-class",
+        "gpu.nvidia.com",
+        "--nominal",
+        "-3",
+        *admin,
+    )
+    assert code == 2
+    assert "422" in err and "greater than or equal to 0" in err
+    code, _, err = await gangq(
+        capsys, "tenants", "set", "team-a", "--device-class", "gpu.nvidia.com", "--nominal", "9",
+        "--server", server, "--token", VIEWER_A,
+    )  # fmt: skip
+    assert code == 2
+    assert "403 user 'ana' may not change quotas" in err
+
+
+async def test_capacity_table(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = await gangq(
+        capsys, "capacity", "--nodes", "--server", server, "--token", VIEWER_A
+    )
+    assert code == 0
+    blocks = out.strip().split("\n\n")
+    assert len(blocks) == 3
+    classes = lines(blocks[0])
+    assert classes[1][:6] == ["gpu.nvidia.com", "12", "4", "4", "0", "4"]
+    assert [row[0] for row in lines(blocks[1])[1:]] == ["gangq.dev/rack=r1", "gangq.dev/rack=r2"]
+    assert [row[0] for row in lines(blocks[2])[1:]] == ["node-1", "node-2", "node-3"]

@@ -1,0 +1,219 @@
+"""The ValidatingAdmissionPolicies of deploy/: CEL that compiles, and decisions on real requests.
+
+Each policy is evaluated as the API server does: match conditions first, then the variables in
+order, then every validation; a validation that is false denies with its message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import cel
+import pytest
+import yaml
+
+POLICY_FILE = Path(__file__).resolve().parents[2] / "deploy" / "base" / "admission-policy.yaml"
+GANGQ = "system:serviceaccount:gangq-system:gangq"
+TENANT = "alice@example.com"
+
+
+def load() -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(POLICY_FILE.read_text()) if doc]
+
+
+def policies() -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in load() if d["kind"] == "ValidatingAdmissionPolicy"}
+
+
+def expressions(policy: dict[str, Any]) -> list[str]:
+    spec = policy["spec"]
+    return [
+        item["expression"]
+        for key in ("matchConditions", "variables", "validations")
+        for item in spec.get(key, [])
+    ]
+
+
+def denials(policy: dict[str, Any], obj: dict[str, Any], *, user: str, resource: str) -> list[str]:
+    """The messages of the failed validations; [] when the request is admitted."""
+    context: dict[str, Any] = {
+        "object": obj,
+        "oldObject": None,
+        "request": {
+            "userInfo": {"username": user},
+            "operation": "CREATE",
+            "resource": {"group": obj["apiVersion"].rpartition("/")[0], "resource": resource},
+        },
+    }
+    spec = policy["spec"]
+    if not all(cel.evaluate(c["expression"], context) for c in spec.get("matchConditions", [])):
+        return []
+    variables: dict[str, Any] = {}
+    for variable in spec.get("variables", []):
+        variables[variable["name"]] = cel.evaluate(
+            variable["expression"], {**context, "variables": variables}
+        )
+    context["variables"] = variables
+    return [
+        " ".join(v["message"].split())
+        for v in spec["validations"]
+        if cel.evaluate(v["expression"], context) is not True
+    ]
+
+
+def claim(*requests: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": "ml-train"},
+        "spec": {"devices": {"requests": list(requests)}},
+    }
+
+
+def template(*requests: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "t", "namespace": "ml-train"},
+        "spec": {"spec": {"devices": {"requests": list(requests)}}},
+    }
+
+
+def pod(*claims: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "p", "namespace": "ml-train"}
+    if labels is not None:
+        metadata["labels"] = labels
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
+    if claims:
+        spec["resourceClaims"] = list(claims)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def exactly(device_class: str, **extra: Any) -> dict[str, Any]:
+    return {"name": "gpu", "exactly": {"deviceClassName": device_class, **extra}}
+
+
+def first_available(*device_classes: str) -> dict[str, Any]:
+    return {
+        "name": "gpu",
+        "firstAvailable": [
+            {"name": f"s{i}", "deviceClassName": c} for i, c in enumerate(device_classes)
+        ],
+    }
+
+
+MANAGED = "gpu.nvidia.com"
+OTHER = "nic.example.com"
+REFUSED_CLASS = "devices of this device class are allocated by gangq only"
+REFUSED_ADMIN = "adminAccess is not allowed"
+
+
+def test_every_cel_expression_compiles() -> None:
+    compiled = [cel.compile(e) for p in policies().values() for e in expressions(p)]
+    assert len(compiled) == 13  # 3 match conditions, 4 variables, 6 validations
+
+
+def test_every_policy_has_one_denying_binding() -> None:
+    bindings = [d for d in load() if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert sorted(b["spec"]["policyName"] for b in bindings) == sorted(policies())
+    assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
+    assert all(p["spec"]["failurePolicy"] == "Fail" for p in policies().values())
+
+
+CLAIM_CASES = [
+    pytest.param(claim(exactly(MANAGED)), TENANT, [REFUSED_CLASS], id="tenant-managed-class"),
+    pytest.param(claim(exactly(OTHER)), TENANT, [], id="tenant-other-class"),
+    pytest.param(
+        claim(first_available(OTHER, MANAGED)),
+        TENANT,
+        [REFUSED_CLASS],
+        id="tenant-managed-subrequest",
+    ),
+    pytest.param(
+        claim(exactly(OTHER, adminAccess=True)), TENANT, [REFUSED_ADMIN], id="tenant-admin-access"
+    ),
+    pytest.param(
+        claim(exactly(OTHER, adminAccess=False)), TENANT, [], id="tenant-admin-access-false"
+    ),
+    pytest.param(
+        claim(exactly(OTHER), exactly(MANAGED, adminAccess=True)),
+        TENANT,
+        [REFUSED_CLASS, REFUSED_ADMIN],
+        id="tenant-both",
+    ),
+    pytest.param(claim(exactly(MANAGED)), GANGQ, [], id="gangq-managed-class"),
+    pytest.param(claim(), TENANT, [], id="no-requests"),
+]
+
+
+@pytest.mark.parametrize(("obj", "user", "expected"), CLAIM_CASES)
+def test_resource_claims(obj: dict[str, Any], user: str, expected: list[str]) -> None:
+    found = denials(policies()["gangq-resourceclaims"], obj, user=user, resource="resourceclaims")
+    assert [m[: len(e)] for m, e in zip(found, expected, strict=False)] == expected
+    assert len(found) == len(expected)
+
+
+TEMPLATE_CASES = [
+    pytest.param(template(exactly(MANAGED)), TENANT, [REFUSED_CLASS], id="tenant-managed-class"),
+    pytest.param(template(exactly(OTHER)), TENANT, [], id="tenant-other-class"),
+    pytest.param(
+        template(exactly(OTHER, adminAccess=True)),
+        TENANT,
+        [REFUSED_ADMIN],
+        id="tenant-admin-access",
+    ),
+    pytest.param(
+        template(first_available(MANAGED)), TENANT, [REFUSED_CLASS], id="tenant-managed-subrequest"
+    ),
+    pytest.param(template(exactly(MANAGED)), GANGQ, [], id="gangq"),
+]
+
+
+@pytest.mark.parametrize(("obj", "user", "expected"), TEMPLATE_CASES)
+def test_resource_claim_templates(obj: dict[str, Any], user: str, expected: list[str]) -> None:
+    found = denials(
+        policies()["gangq-resourceclaimtemplates"],
+        obj,
+        user=user,
+        resource="resourceclaimtemplates",
+    )
+    assert [m[: len(e)] for m, e in zip(found, expected, strict=False)] == expected
+    assert len(found) == len(expected)
+
+
+BY_NAME = {"name": "gpu", "resourceClaimName": "train-llm-0"}
+BY_TEMPLATE = {"name": "nic", "resourceClaimTemplateName": "nic"}
+REFUSED_NAME = "pods may not reference a ResourceClaim by name"
+REFUSED_LABEL = "the label gangq.dev/job-name is reserved"
+
+POD_CASES = [
+    pytest.param(pod(), TENANT, [], id="tenant-no-claims"),
+    pytest.param(pod(BY_TEMPLATE), TENANT, [], id="tenant-template"),
+    pytest.param(pod(BY_NAME), TENANT, [REFUSED_NAME], id="tenant-claim-by-name"),
+    pytest.param(
+        pod(labels={"gangq.dev/job-name": "train-llm"}),
+        TENANT,
+        [REFUSED_LABEL],
+        id="tenant-gangq-label",
+    ),
+    pytest.param(pod(labels={"app": "x"}), TENANT, [], id="tenant-other-label"),
+    pytest.param(pod(BY_NAME, labels={"gangq.dev/job-name": "train-llm"}), GANGQ, [], id="gangq"),
+]
+
+
+@pytest.mark.parametrize(("obj", "user", "expected"), POD_CASES)
+def test_pods(obj: dict[str, Any], user: str, expected: list[str]) -> None:
+    found = denials(policies()["gangq-pods"], obj, user=user, resource="pods")
+    assert [m[: len(e)] for m, e in zip(found, expected, strict=False)] == expected
+    assert len(found) == len(expected)
+
+
+def test_policies_name_the_controller_service_account_the_base_deploys() -> None:
+    root = POLICY_FILE.parent
+    account = yaml.safe_load((root / "serviceaccount.yaml").read_text())
+    username = (
+        f"system:serviceaccount:{account['metadata']['namespace']}:{account['metadata']['name']}"
+    )
+    assert username == GANGQ
+    assert all(GANGQ in p["spec"]["matchConditions"][0]["expression"] for p in policies().values())
