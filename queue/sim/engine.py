@@ -1,0 +1,340 @@
+"""The discrete-event loop: a virtual clock, an event heap and one cycle per busy instant.
+
+Owns applying a policy's decisions to the simulated cluster: admissions hold devices and end
+after the job's run time (startup is instantaneous), preemption victims are evicted whole after
+a grace period and requeued with their original submission time, and a gang whose last replica
+does not start within its startup timeout is torn down whole. It checks rule 1 (no device
+held twice) and rule 3 (quota) on every admission. It never decides who runs: the policy does.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gangq.queue.core.device import DeviceId
+from gangq.queue.core.errors import GangqError
+from gangq.queue.core.model import (
+    DEFAULT_TIERS,
+    Admission,
+    CycleResult,
+    JobKey,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+)
+from gangq.queue.sim import cluster, stall
+from gangq.queue.sim.outcome import JobRecord, Outcome, Timeline
+from gangq.queue.sim.policy import SimPolicy
+from gangq.queue.sim.trace import Trace
+
+EVICTION_GRACE_S = 30.0
+"""Kubernetes' default termination grace period: a victim holds its devices (marked evicting,
+which the core counts as coming free for its preemptor) until its pods are gone; then the gang
+rejoins the queue."""
+
+ProgressCallback = Callable[[float], None]
+
+
+class SimulationError(GangqError):
+    """A policy broke a rule the simulator checks (a device held twice, a quota exceeded)."""
+
+
+class EventKind(enum.IntEnum):
+    """Events at the same instant run in this order: free devices first, then arrivals."""
+
+    FINISH = 0
+    TEARDOWN = 1
+    EVICTED = 2
+    ARRIVAL = 3
+    WAKE = 4
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Event:
+    time: float
+    kind: EventKind
+    key: JobKey
+    attempt: int = 0
+
+
+class Simulation:
+    """One policy over one trace; `run` consumes it."""
+
+    def __init__(self, trace: Trace, policy: SimPolicy) -> None:
+        self.trace = trace
+        self.policy = policy
+        self.inventory = cluster.build_inventory(trace.cluster)
+        self.records = {job.key: JobRecord(job=job) for job in trace.jobs}
+        self.waiting: dict[JobKey, JobRecord] = {}
+        self.holding: dict[JobKey, JobRecord] = {}
+        self.holder: dict[DeviceId, JobKey] = {}
+        self.limits = {q.tenant: q.nominal + q.borrowing_limit for q in trace.quotas}
+        self.tenant_use: dict[str, int] = {}
+        self.events: list[Event] = [
+            Event(j.arrival_s, EventKind.ARRIVAL, j.key) for j in trace.jobs
+        ]
+        heapq.heapify(self.events)
+        self.wakes: set[float] = set()
+        self.outcome = Outcome(
+            policy=policy.name,
+            trace=trace,
+            records={},
+            timeline=Timeline(allocated_by_tier={t.name: [] for t in DEFAULT_TIERS}),
+        )
+        self._was_blocked = False
+
+    def run(self, *, on_progress: ProgressCallback | None = None) -> Outcome:
+        started = time.perf_counter()
+        horizon = self.trace.horizon_s
+        self._sample(0.0)
+        next_report = 0.0
+        while self.events and self.events[0].time <= horizon:
+            now = self.events[0].time
+            changed = False
+            while self.events and self.events[0].time == now:
+                changed = self._handle(heapq.heappop(self.events)) or changed
+            if changed:
+                self._cycle(now)
+            self._sample(now)
+            if on_progress is not None and now >= next_report:
+                on_progress(now / horizon)
+                next_report = now + horizon / 200
+        self._close(horizon)
+        if on_progress is not None:
+            on_progress(1.0)
+        self.outcome.records = dict(self.records)
+        self.outcome.wall_s = time.perf_counter() - started
+        return self.outcome
+
+    def _handle(self, event: Event) -> bool:
+        """Apply one event; True when the cluster or the queue changed."""
+        if event.kind is EventKind.WAKE:
+            self.wakes.discard(event.time)
+            return bool(self.waiting)
+        record = self.records[event.key]
+        if event.kind is EventKind.ARRIVAL:
+            record.pending_since = event.time
+            self.waiting[record.job.key] = record
+            return True
+        if record.attempt != event.attempt:
+            return False
+        if event.kind is EventKind.EVICTED and record.evicting_since is not None:
+            self._end_eviction(record, now=event.time)
+            return True
+        if event.kind is EventKind.FINISH and record.started_at is not None:
+            self._release(record)
+            record.finished_at = event.time
+            return True
+        if event.kind is EventKind.TEARDOWN and record.is_partial:
+            self._release(record)
+            record.attempt += 1
+            self.outcome.gang_start_failures += 1
+            record.teardowns += 1
+            return True
+        return False
+
+    def _cycle(self, now: float) -> None:
+        snapshot = self._snapshot()
+        if not snapshot.pending:
+            return
+        result = self.policy.decide(snapshot, now=now)
+        self.outcome.cycles += 1
+        for admission in result.admissions:
+            self._admit(admission, now=now)
+        self._note_reservations(result, now=now)
+        self._evict_victims(result, now=now)
+        self._after_cycle(self._snapshot(), now=now)
+
+    def _after_cycle(self, snapshot: Snapshot, *, now: float) -> None:
+        wake = self.policy.wake_at(snapshot, now=now)
+        if wake is not None and wake > now and wake not in self.wakes:
+            self.wakes.add(wake)
+            heapq.heappush(self.events, Event(wake, EventKind.WAKE, JobKey("")))
+        partial = [record for record in self.holding.values() if record.is_partial]
+        blocked = stall.is_mutual_block(partial, free=self._free_per_node())
+        if blocked and not self._was_blocked:
+            self.outcome.deadlocks += 1
+        self._was_blocked = blocked
+
+    def _free_per_node(self) -> dict[str, int]:
+        free: dict[str, int] = {name: 0 for name in self.inventory.nodes}
+        for device_id, device in self.inventory.devices.items():
+            if device.node is not None and device_id not in self.holder:
+                free[device.node] += 1
+        return free
+
+    def _admit(self, admission: Admission, *, now: float) -> None:
+        record = self.waiting.get(admission.job)
+        if record is None:
+            raise SimulationError(f"{admission.job}: admitted but not waiting")
+        job = record.job
+        for replica in admission.placement:
+            if replica.replica in record.placement or not 0 <= replica.replica < job.replicas:
+                raise SimulationError(f"{job.key}: replica {replica.replica} is placed or unknown")
+            for device in replica.devices:
+                self._hold(device, job=job.key, node=replica.node)
+            record.placement[replica.replica] = replica
+        count = sum(len(replica.devices) for replica in admission.placement)
+        use = self.tenant_use.get(job.tenant, 0) + count
+        if use > self.limits.get(job.tenant, 0):
+            raise SimulationError(f"rule 3: tenant {job.tenant} would use {use} devices")
+        self.tenant_use[job.tenant] = use
+        record.borrowed += admission.borrowed
+        newly_holding = record.held_since is None
+        if newly_holding:
+            record.held_since = now
+            self.holding[job.key] = record
+        if record.is_partial and newly_holding:
+            record.was_partial = True
+            deadline = now + job.startup_timeout_s
+            heapq.heappush(
+                self.events, Event(deadline, EventKind.TEARDOWN, job.key, record.attempt)
+            )
+        if len(record.placement) == job.replicas:
+            self._start(record, now=now)
+
+    def _hold(self, device: DeviceId, *, job: JobKey, node: str) -> None:
+        known = self.inventory.devices.get(device)
+        if known is None or known.node != node:
+            raise SimulationError(f"{job}: device {device} is not on node {node}")
+        if device in self.holder:
+            raise SimulationError(
+                f"rule 1: {device} given to {job} while {self.holder[device]} holds it"
+            )
+        self.holder[device] = job
+
+    def _start(self, record: JobRecord, *, now: float) -> None:
+        record.started_at = now
+        if record.first_started_at is None:
+            record.first_started_at = now
+        if record.pending_since is not None:
+            record.waited_s += now - record.pending_since
+            record.pending_since = None
+        self.waiting.pop(record.job.key, None)
+        run_s = record.job.run_s
+        if run_s is not None:
+            event = Event(now + run_s, EventKind.FINISH, record.job.key, record.attempt)
+            heapq.heappush(self.events, event)
+
+    def _release(self, record: JobRecord) -> None:
+        for replica in record.placement.values():
+            for device in replica.devices:
+                del self.holder[device]
+        tenant = record.job.tenant
+        self.tenant_use[tenant] = self.tenant_use.get(tenant, 0) - record.held_devices
+        record.placement = {}
+        record.borrowed = 0
+        record.held_since = None
+        record.started_at = None
+        record.evicting_since = None
+        del self.holding[record.job.key]
+
+    def _evict_victims(self, result: CycleResult, *, now: float) -> None:
+        """Rule 6: whole gangs go, after their grace period."""
+        for preemption in result.preemptions:
+            for victim in preemption.victims:
+                record = self.records.get(victim.job)
+                if record is None or record.held_since is None or record.evicting_since is not None:
+                    raise SimulationError(f"{victim.job}: chosen as a victim but not running")
+                record.evicting_since = now
+                record.evictions += 1
+                self.outcome.evictions += 1
+                event = Event(now + EVICTION_GRACE_S, EventKind.EVICTED, victim.job, record.attempt)
+                heapq.heappush(self.events, event)
+
+    def _end_eviction(self, record: JobRecord, *, now: float) -> None:
+        """The victim's pods are gone: its work is lost and it queues again with its original
+        submission time (PendingJob.submitted_at is always the arrival)."""
+        if record.started_at is not None:
+            self.outcome.device_seconds_lost += record.held_devices * (now - record.started_at)
+        self._release(record)
+        record.attempt += 1
+        if record.pending_since is None:
+            record.pending_since = now
+        self.waiting[record.job.key] = record
+
+    def _note_reservations(self, result: CycleResult, *, now: float) -> None:
+        for reservation in result.reservations:
+            record = self.records.get(reservation.job)
+            if record is not None and record.promised_start is None:
+                record.promised_start = reservation.start_at
+                record.promised_at = now
+
+    def _snapshot(self) -> Snapshot:
+        device_class = self.trace.cluster.device_class
+        running = tuple(
+            RunningJob(
+                key=record.job.key,
+                uid=record.job.key,
+                tenant=record.job.tenant,
+                tier=record.job.tier,
+                priority=record.job.priority,
+                device_class=device_class,
+                placement=tuple(record.placement[i] for i in sorted(record.placement)),
+                started_at=record.held_since or 0.0,
+                max_runtime_s=record.job.max_runtime_s,
+                borrowed=record.borrowed,
+                is_evicting=record.evicting_since is not None,
+                submitted_at=record.job.arrival_s,
+            )
+            for record in self.holding.values()
+        )
+        pending = tuple(
+            PendingJob(
+                key=job.key,
+                uid=job.key,
+                tenant=job.tenant,
+                tier=job.tier,
+                priority=job.priority,
+                replicas=job.replicas,
+                devices_per_replica=job.devices_per_replica,
+                device_class=device_class,
+                selectors=job.selectors,
+                constraints=job.constraints,
+                topology=job.topology,
+                submitted_at=job.arrival_s,
+                max_runtime_s=job.max_runtime_s,
+            )
+            for job in sorted(
+                (r.job for r in self.waiting.values()), key=lambda j: (j.arrival_s, j.key)
+            )
+        )
+        return Snapshot(
+            inventory=self.inventory, quotas=self.trace.quotas, running=running, pending=pending
+        )
+
+    def _sample(self, now: float) -> None:
+        allocated = {tier: 0 for tier in self.outcome.timeline.allocated_by_tier}
+        partial_held = 0
+        for record in self.holding.values():
+            held = record.held_devices
+            allocated[record.job.tier] = allocated.get(record.job.tier, 0) + held
+            if record.is_partial:
+                partial_held += held
+        wanted = sum(r.job.device_count - r.held_devices for r in self.waiting.values())
+        self.outcome.timeline.append(
+            now,
+            allocated=allocated,
+            pending=len(self.waiting),
+            demand=len(self.holder) + wanted,
+            partial_held=partial_held,
+        )
+
+    def _close(self, horizon: float) -> None:
+        """Jobs still waiting at the horizon count their wait so far (a lower bound)."""
+        for record in self.waiting.values():
+            if record.pending_since is not None:
+                record.waited_s += horizon - record.pending_since
+                record.pending_since = None
+        self._sample(horizon)
+
+
+def simulate(
+    trace: Trace, policy: SimPolicy, *, on_progress: ProgressCallback | None = None
+) -> Outcome:
+    """Run `policy` over `trace` up to the trace's horizon."""
+    return Simulation(trace, policy).run(on_progress=on_progress)

@@ -1,0 +1,68 @@
+"""FIFO gang admission baselines: strict (head-of-line blocking) and best effort (Kueue's
+BestEffortFIFO: skip what does not fit, no reservations). Neither preempts.
+
+Both admit whole gangs with the core's placement (`pool`, `placement`) and quota ledger
+(`quota`), so the comparison with gangq isolates ordering, backfill and preemption. Order:
+tier (as a priority class would), then submission time, then job key.
+"""
+
+from __future__ import annotations
+
+from gangq.queue.core import placement, quota
+from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core.model import (
+    DEFAULT_TIERS,
+    Admission,
+    CycleResult,
+    PendingJob,
+    Snapshot,
+    Tenant,
+)
+from gangq.queue.core.pool import Pool
+
+_RANKS = {tier.name: tier.rank for tier in DEFAULT_TIERS}
+
+
+def fifo_key(job: PendingJob) -> tuple[int, float, str]:
+    """(1) tier, higher first; (2) submission time, earlier first; (3) job key."""
+    return (-_RANKS.get(job.tier, 0), job.submitted_at, job.key)
+
+
+class FifoPolicy:
+    """Gang admission in FIFO order; `strict` stops at the first job that does not fit."""
+
+    def __init__(self, *, strict: bool) -> None:
+        self.strict = strict
+        self.name = "fifo-strict" if strict else "fifo-besteffort"
+        self.matcher = DeviceMatcher()
+
+    def decide(self, snapshot: Snapshot, *, now: float) -> CycleResult:
+        """Quota-refused jobs wait without blocking other tenants (a queue per tenant, as in
+        Kueue); in strict mode a job that finds no placement blocks every job behind it."""
+        pool = Pool(inventory=snapshot.inventory, running=snapshot.running, matcher=self.matcher)
+        book = quota.QuotaBook(quotas=snapshot.quotas, running=snapshot.running)
+        admissions: list[Admission] = []
+        blocked_tenants: set[Tenant] = set()
+        for job in sorted(snapshot.pending, key=fifo_key):
+            if job.tenant in blocked_tenants:
+                continue
+            if book.refusal(job) is not None:
+                if self.strict:
+                    blocked_tenants.add(job.tenant)
+                continue
+            choice = placement.place(placement.Shape.of(job), pool)
+            if isinstance(choice, placement.Shortfall):
+                if self.strict:
+                    break
+                continue
+            replicas = placement.as_placement(choice)
+            borrowed = book.borrowed(job.tenant, job.device_class, job.device_count)
+            for replica in replicas:
+                pool.take(replica.node, replica.devices, job.pod)
+            book.charge(job.tenant, job.device_class, job.device_count)
+            admissions.append(Admission(job=job.key, placement=replicas, borrowed=borrowed))
+        return CycleResult(admissions=tuple(admissions))
+
+    def wake_at(self, snapshot: Snapshot, *, now: float) -> float | None:
+        """Nothing changes without an event: no preemption, no protection windows."""
+        return None

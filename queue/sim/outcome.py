@@ -1,0 +1,101 @@
+"""What one simulation run leaves behind: per-job records, the timeline and event counters.
+
+Owns the raw facts only (times, device counts); `report` turns them into figures. The engine
+fills these records as the virtual clock moves; nothing here decides or computes metrics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gangq.queue.core.model import JobKey, ReplicaPlacement
+from gangq.queue.sim.trace import Trace, TraceJob
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """One job's life: waits accumulate from submission (and after each eviction) to its start."""
+
+    job: TraceJob
+    placement: dict[int, ReplicaPlacement] = field(default_factory=dict)
+    borrowed: int = 0
+    held_since: float | None = None
+    """When the first replica got devices (the start the core sees for running gangs)."""
+    started_at: float | None = None
+    """When the last replica got devices: the work runs from here."""
+    evicting_since: float | None = None
+    """Chosen as a preemption victim; its devices are held until the grace period ends."""
+    attempt: int = 0
+    """Bumped on eviction or teardown so timers of an earlier attempt are ignored."""
+    pending_since: float | None = None
+    waited_s: float = 0.0
+    first_started_at: float | None = None
+    finished_at: float | None = None
+    evictions: int = 0
+    teardowns: int = 0
+    was_partial: bool = False
+    promised_start: float | None = None
+    """First backfill reservation start the policy gave this job (rule 5)."""
+    promised_at: float | None = None
+
+    @property
+    def held_devices(self) -> int:
+        return sum(len(replica.devices) for replica in self.placement.values())
+
+    @property
+    def is_partial(self) -> bool:
+        return 0 < len(self.placement) < self.job.replicas
+
+
+@dataclass(slots=True)
+class Timeline:
+    """State after each simulated instant, as parallel columns (a step function in time)."""
+
+    times: list[float] = field(default_factory=list)
+    allocated_by_tier: dict[str, list[int]] = field(default_factory=dict)
+    pending_jobs: list[int] = field(default_factory=list)
+    demand: list[int] = field(default_factory=list)
+    """Devices held plus devices still wanted by waiting jobs."""
+    partial_held: list[int] = field(default_factory=list)
+    """Devices held by gangs that are not complete (idle until their last replica starts)."""
+
+    def append(
+        self,
+        time: float,
+        *,
+        allocated: dict[str, int],
+        pending: int,
+        demand: int,
+        partial_held: int,
+    ) -> None:
+        if self.times and self.times[-1] == time:
+            self.times.pop()
+            for column in self.allocated_by_tier.values():
+                column.pop()
+            self.pending_jobs.pop()
+            self.demand.pop()
+            self.partial_held.pop()
+        self.times.append(time)
+        for tier, count in allocated.items():
+            self.allocated_by_tier.setdefault(tier, [0] * (len(self.times) - 1)).append(count)
+        self.pending_jobs.append(pending)
+        self.demand.append(demand)
+        self.partial_held.append(partial_held)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """Everything a report needs about one policy over one trace."""
+
+    policy: str
+    trace: Trace
+    records: dict[JobKey, JobRecord]
+    timeline: Timeline
+    cycles: int = 0
+    evictions: int = 0
+    device_seconds_lost: float = 0.0
+    """Device-time of evicted gangs' work, lost because they restart from the beginning."""
+    gang_start_failures: int = 0
+    """Partial gangs torn down because their last replica did not start in time."""
+    deadlocks: int = 0
+    wall_s: float = 0.0

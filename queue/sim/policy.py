@@ -1,0 +1,92 @@
+"""The policy interface the simulator drives, the gangq policy, and the list of policies by name.
+
+A policy reads a core `Snapshot` and returns a core `CycleResult`; the simulator applies it. The
+`gangq` policy is the real `run_cycle` with the product's tiers, nothing re-implemented here;
+the baselines live in `fifo` and `device_plugin`. No policy keeps state the snapshot lacks,
+except caches (the CEL matcher).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from gangq.queue.core import cycle
+from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core.errors import InvalidInputError
+from gangq.queue.core.model import CycleResult, Policy, Snapshot
+from gangq.queue.sim import device_plugin, fifo
+
+POLICY_NAMES: tuple[str, ...] = ("gangq", "fifo-strict", "fifo-besteffort", "device-plugin")
+
+
+class SimPolicy(Protocol):
+    """What the simulator needs from a policy.
+
+    A job that holds devices for some replicas and waits for the others appears both in
+    `snapshot.running` (the replicas placed) and in `snapshot.pending` (the whole job); only
+    the device-plugin world produces such jobs. Admissions name replica indexes of the job.
+    """
+
+    name: str
+
+    def decide(self, snapshot: Snapshot, *, now: float) -> CycleResult: ...
+
+    def wake_at(self, snapshot: Snapshot, *, now: float) -> float | None:
+        """A later instant at which a cycle could decide differently with no event in between."""
+        ...
+
+
+class GangqPolicy:
+    """The decision core as the controller runs it: quotas, tiers, backfill, preemption."""
+
+    name = "gangq"
+
+    def __init__(self, *, device_class: str) -> None:
+        self.policy = Policy(managed_device_classes=(device_class,))
+        self.matcher = DeviceMatcher()
+        self._protection = {t.name: t.min_runtime_before_preemption_s for t in self.policy.tiers}
+        self._ranks = {t.name: t.rank for t in self.policy.tiers}
+
+    def decide(self, snapshot: Snapshot, *, now: float) -> CycleResult:
+        return cycle.run_cycle(snapshot=snapshot, policy=self.policy, now=now, matcher=self.matcher)
+
+    def wake_at(self, snapshot: Snapshot, *, now: float) -> float | None:
+        """When the first gang a pending job could preempt outgrows its tier's protection."""
+        if not snapshot.pending:
+            return None
+        top = max(self._ranks[job.tier] for job in snapshot.pending)
+        ends = [
+            job.started_at + self._protection[job.tier]
+            for job in snapshot.running
+            if self._ranks[job.tier] < top and job.started_at + self._protection[job.tier] > now
+        ]
+        return min(ends, default=None)
+
+
+def create(name: str, *, device_class: str) -> SimPolicy:
+    """A fresh policy by its command-line name."""
+    if name == "gangq":
+        return GangqPolicy(device_class=device_class)
+    if name == "fifo-strict":
+        return fifo.FifoPolicy(strict=True)
+    if name == "fifo-besteffort":
+        return fifo.FifoPolicy(strict=False)
+    if name == "device-plugin":
+        return device_plugin.DevicePluginPolicy()
+    raise InvalidInputError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
+
+
+def parse_names(text: str) -> tuple[str, ...]:
+    """`gangq,fifo-besteffort` or `all` into policy names, in the order given, without repeats."""
+    if text.strip() == "all":
+        return POLICY_NAMES
+    names: list[str] = []
+    for part in text.split(","):
+        name = part.strip()
+        if name not in POLICY_NAMES:
+            raise InvalidInputError(
+                f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)} or all"
+            )
+        if name not in names:
+            names.append(name)
+    return tuple(names)

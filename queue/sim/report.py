@@ -1,0 +1,198 @@
+"""Figures of a simulation run: utilization against an offline bound, waits, partial starts,
+preemptions and starvation, as a JSON-ready mapping and as a table.
+
+Owns the definitions of every reported figure (docs/sim.md explains how to read them). Pure
+arithmetic over an `Outcome`; it runs nothing and prints nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from gangq.queue.core.model import DEFAULT_TIERS
+from gangq.queue.sim.outcome import JobRecord, Outcome, Timeline
+from gangq.queue.sim.trace import Trace
+
+HOUR = 3600.0
+
+
+def percentile(values: Sequence[float], fraction: float) -> float | None:
+    """Nearest-rank percentile; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _integrals(timeline: Timeline, *, capacity: int) -> tuple[float, float, float, float]:
+    """(allocated device-s, allocated device-s while demand >= capacity, busy s, partial device-s)
+    of the step function the timeline samples."""
+    allocated = busy_allocated = busy = partial = 0.0
+    columns = list(timeline.allocated_by_tier.values())
+    for i in range(len(timeline.times) - 1):
+        span = timeline.times[i + 1] - timeline.times[i]
+        held = sum(column[i] for column in columns)
+        allocated += held * span
+        partial += timeline.partial_held[i] * span
+        if timeline.demand[i] >= capacity:
+            busy += span
+            busy_allocated += held * span
+    return allocated, busy_allocated, busy, partial
+
+
+def fluid_bound(trace: Trace) -> float:
+    """The best utilization any policy could reach: every job's device-time poured into the
+    cluster from its arrival as if devices were interchangeable and work divisible."""
+    capacity = trace.cluster.capacity
+    backlog = done = 0.0
+    clock = 0.0
+    for job in trace.jobs:
+        if job.arrival_s > trace.horizon_s:
+            break
+        served = min(backlog, capacity * (job.arrival_s - clock))
+        done, backlog, clock = done + served, backlog - served, job.arrival_s
+        run_s = job.run_s if job.run_s is not None else trace.horizon_s
+        backlog += job.device_count * min(run_s, trace.horizon_s - job.arrival_s)
+    done += min(backlog, capacity * (trace.horizon_s - clock))
+    return done / (capacity * trace.horizon_s)
+
+
+def _wait_stats(waits: Iterable[float]) -> dict[str, float | int | None]:
+    values = sorted(waits)
+    return {
+        "count": len(values),
+        "p50": percentile(values, 0.50),
+        "p95": percentile(values, 0.95),
+        "max": values[-1] if values else None,
+    }
+
+
+def _arrived(outcome: Outcome) -> list[JobRecord]:
+    horizon = outcome.trace.horizon_s
+    return [r for r in outcome.records.values() if r.job.arrival_s <= horizon]
+
+
+def _grouped(records: Iterable[JobRecord], key: str) -> dict[str, dict[str, float | int | None]]:
+    groups: dict[str, list[float]] = {}
+    for record in records:
+        name = record.job.tier if key == "tier" else record.job.shape
+        groups.setdefault(name, []).append(record.waited_s)
+    return {name: _wait_stats(groups[name]) for name in sorted(groups)}
+
+
+def _started_or(record: JobRecord, horizon: float) -> float:
+    return record.first_started_at if record.first_started_at is not None else horizon
+
+
+def _slip(records: Iterable[JobRecord], *, horizon: float) -> float | None:
+    """Longest delay of a start past the first reservation the policy promised (rule 5); 0
+    when every reserved job started on time or early."""
+    slips = [
+        max(0.0, _started_or(record, horizon) - record.promised_start)
+        for record in records
+        if record.promised_start is not None
+    ]
+    return max(slips, default=None)
+
+
+def summarize(outcome: Outcome) -> dict[str, Any]:
+    """The figures of one policy; the keys are documented in docs/sim.md."""
+    trace = outcome.trace
+    capacity = trace.cluster.capacity
+    allocated, busy_allocated, busy, partial = _integrals(outcome.timeline, capacity=capacity)
+    records = _arrived(outcome)
+    gangs = [r for r in records if r.job.replicas > 1]
+    waits_by_tier = _grouped(records, "tier")
+    return {
+        "utilization": allocated / (capacity * trace.horizon_s),
+        "utilization_busy": busy_allocated / (capacity * busy) if busy > 0 else None,
+        "utilization_bound": fluid_bound(trace),
+        "utilization_useful": (allocated - partial - outcome.device_seconds_lost)
+        / (capacity * trace.horizon_s),
+        "busy_hours": busy / HOUR,
+        "partial_starts": sum(1 for r in gangs if r.was_partial),
+        "partial_idle_device_hours": partial / HOUR,
+        "gang_start_failures": outcome.gang_start_failures,
+        "deadlocks": outcome.deadlocks,
+        "preemptions": outcome.evictions,
+        "device_hours_lost": outcome.device_seconds_lost / HOUR,
+        "wait_p50_s": {tier: stats["p50"] for tier, stats in waits_by_tier.items()},
+        "wait_p95_s": {tier: stats["p95"] for tier, stats in waits_by_tier.items()},
+        "wait_max_s": {tier: stats["max"] for tier, stats in waits_by_tier.items()},
+        "wait_by_gang_size_s": _grouped(records, "shape"),
+        "max_gang_wait_s": max((r.waited_s for r in gangs), default=None),
+        "max_reservation_slip_s": _slip(records, horizon=trace.horizon_s),
+        "jobs": len(records),
+        "never_started": sum(1 for r in records if r.first_started_at is None),
+        "finished": sum(1 for r in records if r.finished_at is not None),
+        "cycles": outcome.cycles,
+        "wall_s": outcome.wall_s,
+    }
+
+
+def _hours(seconds: Any) -> str:
+    return "-" if seconds is None else f"{seconds / HOUR:.2f}h"
+
+
+def _percent(value: Any) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+    tiers = [t.name for t in DEFAULT_TIERS if t.name in summary["wait_p95_s"]]
+    rows = [
+        ("utilization", _percent(summary["utilization"])),
+        ("utilization while demand >= capacity", _percent(summary["utilization_busy"])),
+        ("offline upper bound", _percent(summary["utilization_bound"])),
+        ("useful utilization (no idle or lost work)", _percent(summary["utilization_useful"])),
+        ("partial gang starts", str(summary["partial_starts"])),
+        ("device-hours idle in partial gangs", f"{summary['partial_idle_device_hours']:.1f}"),
+        ("deadlocks (gangs blocking each other)", str(summary["deadlocks"])),
+        ("preemptions (gangs evicted)", str(summary["preemptions"])),
+        ("device-hours lost to preemption", f"{summary['device_hours_lost']:.1f}"),
+    ]
+    for tier in tiers:
+        rows.append(
+            (
+                f"wait p50 / p95 / max {tier}",
+                " / ".join(
+                    _hours(summary[key][tier]) for key in ("wait_p50_s", "wait_p95_s", "wait_max_s")
+                ),
+            )
+        )
+    for shape, stats in summary["wait_by_gang_size_s"].items():
+        rows.append((f"wait p95 gang {shape}", _hours(stats["p95"])))
+    rows += [
+        ("longest gang wait", _hours(summary["max_gang_wait_s"])),
+        ("longest start past reservation", _hours(summary["max_reservation_slip_s"])),
+        ("jobs never started", str(summary["never_started"])),
+        ("cycles", str(summary["cycles"])),
+        ("wall time", f"{summary['wall_s']:.1f}s"),
+    ]
+    return rows
+
+
+def table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
+    """One column per policy, one row per figure, aligned for a terminal."""
+    names = list(summaries)
+    per_policy = [dict(_rows(summaries[name])) for name in names]
+    labels = [label for label, _ in _rows(summaries[names[0]])]
+    for rows in per_policy[1:]:
+        labels += [label for label in rows if label not in labels]
+    width = max(len(label) for label in labels)
+    columns = [
+        max([len(name), *(len(rows.get(label, "-")) for label in labels)])
+        for name, rows in zip(names, per_policy, strict=True)
+    ]
+    lines = [
+        " " * width + "".join(f"  {name:>{w}}" for name, w in zip(names, columns, strict=True))
+    ]
+    for label in labels:
+        cells = "".join(
+            f"  {rows.get(label, '-'):>{w}}" for rows, w in zip(per_policy, columns, strict=True)
+        )
+        lines.append(f"{label:<{width}}{cells}")
+    return "\n".join(lines)

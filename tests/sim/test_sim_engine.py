@@ -1,0 +1,163 @@
+"""The event loop with each policy on hand-built traces whose outcome can be worked out by hand."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gangq.queue.core.model import (
+    Admission,
+    CycleResult,
+    NodeName,
+    ReplicaPlacement,
+    Snapshot,
+)
+from gangq.queue.sim import engine, policy, report, trace
+from gangq.queue.sim.outcome import Outcome
+from gangq.queue.sim.trace import Trace
+
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "traces" / "sample.yaml"
+
+
+def _job(name: str, arrival: float, tier: str, **fields: Any) -> dict[str, Any]:
+    tenant = name.split("/", maxsplit=1)[0]
+    return {"name": name, "arrival": arrival, "tenant": tenant, "tier": tier, **fields}
+
+
+def _trace(nodes: int, jobs: list[dict[str, Any]], *, horizon: float = 2000) -> Trace:
+    return trace.from_document(
+        {"horizon": horizon, "cluster": {"nodes": nodes, "racks": 1}, "jobs": jobs}
+    )
+
+
+def _run(name: str, replayed: Trace) -> Outcome:
+    return engine.simulate(replayed, policy.create(name, device_class="gpu.nvidia.com"))
+
+
+def _starts(outcome: Outcome) -> dict[str, float | None]:
+    return {key: record.first_started_at for key, record in outcome.records.items()}
+
+
+BACKFILL = [
+    _job("ops/a", 0, "training", devicesPerReplica=8, runtime=100, maxRuntime=100),
+    _job("ml/b", 1, "training", replicas=2, devicesPerReplica=8, runtime=100, maxRuntime=100),
+    _job("ci/c", 2, "small", runtime=10, maxRuntime=10),
+    _job("ci/d", 3, "small", runtime=500, maxRuntime=500),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "starts"),
+    [
+        ("fifo-strict", {"ops/a": 0, "ml/b": 100, "ci/c": 200, "ci/d": 200}),
+        ("fifo-besteffort", {"ops/a": 0, "ml/b": 503, "ci/c": 2, "ci/d": 3}),
+        ("gangq", {"ops/a": 0, "ml/b": 100, "ci/c": 2, "ci/d": 200}),
+    ],
+    ids=["strict-blocks-behind-the-gang", "besteffort-delays-the-gang", "gangq-backfills-safely"],
+)
+def test_gang_policies_differ_in_what_may_pass_a_blocked_gang(
+    name: str, starts: dict[str, float]
+) -> None:
+    outcome = _run(name, _trace(2, BACKFILL))
+    assert _starts(outcome) == starts
+    record = outcome.records["ml/b"]
+    assert record.waited_s == starts["ml/b"] - 1
+    assert not record.was_partial
+
+
+def test_gangq_promises_the_blocked_gang_a_start_and_keeps_it() -> None:
+    outcome = _run("gangq", _trace(2, BACKFILL))
+    assert outcome.records["ml/b"].promised_start == 100
+    assert report.summarize(outcome)["max_reservation_slip_s"] == 0
+
+
+DEADLOCK = [
+    _job("ml/x1", 0, "small", devicesPerReplica=8, runtime=100),
+    _job("ml/x2", 0, "small", devicesPerReplica=8, runtime=200),
+    _job("ml/a", 1, "training", replicas=2, devicesPerReplica=8, runtime=50),
+    _job("prod/b", 150, "prod-inference", replicas=2, devicesPerReplica=8, runtime=50),
+]
+
+
+def test_the_device_plugin_world_starts_gangs_partially_and_deadlocks() -> None:
+    """x1 ends at 100: one pod of a starts. x2 ends at 200: the higher tier b takes that node.
+    a and b each hold a node and wait for the other's: a deadlock, until a's startup timeout
+    (600 s after its first pod) tears it down; b completes at 700, a starts when b ends."""
+    outcome = _run("device-plugin", _trace(2, DEADLOCK))
+    assert _starts(outcome) == {"ml/x1": 0, "ml/x2": 0, "ml/a": 750, "prod/b": 700}
+    summary = report.summarize(outcome)
+    assert summary["partial_starts"] == 2
+    assert summary["deadlocks"] == 1
+    assert summary["gang_start_failures"] == 1
+    assert summary["partial_idle_device_hours"] == pytest.approx((8 * 600 + 8 * 500) / 3600)
+    assert outcome.records["ml/a"].teardowns == 1
+
+
+def test_gang_policies_never_start_a_gang_partially() -> None:
+    for name in ("gangq", "fifo-strict", "fifo-besteffort"):
+        summary = report.summarize(_run(name, _trace(2, DEADLOCK)))
+        assert (name, summary["partial_starts"], summary["deadlocks"]) == (name, 0, 0)
+
+
+def test_gangq_evicts_a_lower_tier_and_counts_the_work_lost() -> None:
+    """prod/p needs the only node: the small job (past its 60 s protection) is evicted whole;
+    after its 30 s grace period p starts and the small job queues again, never to fit."""
+    jobs = [
+        _job("ci/s", 0, "small", devicesPerReplica=8, runtime=1000),
+        _job("prod/p", 100, "prod-inference", devicesPerReplica=8),
+    ]
+    outcome = _run("gangq", _trace(1, jobs, horizon=500))
+    summary = report.summarize(outcome)
+    assert summary["preemptions"] == 1
+    assert summary["device_hours_lost"] == pytest.approx(8 * 130 / 3600)
+    small = outcome.records["ci/s"]
+    assert (small.evictions, small.first_started_at, small.finished_at) == (1, 0, None)
+    assert small.waited_s == 500 - 130
+    assert outcome.records["prod/p"].first_started_at == 130
+    assert summary["wait_p95_s"] == {"prod-inference": 30, "small": 370}
+
+
+def test_a_job_is_stopped_at_its_max_runtime() -> None:
+    jobs = [_job("ci/s", 10, "small", runtime=900, maxRuntime=300)]
+    outcome = _run("fifo-besteffort", _trace(1, jobs, horizon=1000))
+    assert outcome.records["ci/s"].finished_at == 310
+
+
+def test_runs_are_deterministic_and_progress_reaches_the_end() -> None:
+    replayed = trace.load(SAMPLE)
+    seen: list[float] = []
+    first = engine.simulate(
+        replayed, policy.create("gangq", device_class="gpu.nvidia.com"), on_progress=seen.append
+    )
+    second = _run("gangq", replayed)
+    assert _starts(first) == _starts(second)
+    assert first.timeline.times == second.timeline.times
+    assert seen[-1] == 1.0 and seen == sorted(seen)
+
+
+class _DoubleBooking:
+    """Admits every pending job onto device gpu-0 of node gpu-0, whoever holds it."""
+
+    name = "double-booking"
+
+    def decide(self, snapshot: Snapshot, *, now: float) -> CycleResult:
+        device = sorted(snapshot.inventory.devices)[0]
+        replica = ReplicaPlacement(replica=0, node=NodeName("gpu-0"), devices=(device,))
+        return CycleResult(
+            admissions=tuple(Admission(job=j.key, placement=(replica,)) for j in snapshot.pending)
+        )
+
+    def wake_at(self, snapshot: Snapshot, *, now: float) -> float | None:
+        return None
+
+
+def test_the_simulator_refuses_a_device_given_twice() -> None:
+    jobs = [_job("ci/a", 0, "small", runtime=10), _job("ci/b", 1, "small", runtime=10)]
+    with pytest.raises(
+        engine.SimulationError,
+        match=re.escape("rule 1: gpu.nvidia.com/gpu-0/gpu-0 given to ci/b while ci/a holds it"),
+    ):
+        engine.simulate(_trace(1, jobs), _DoubleBooking())
