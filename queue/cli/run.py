@@ -1,0 +1,167 @@
+"""`gangq run`: the controller, the REST API and /metrics in one process, against a cluster.
+
+Owns the command's flags, connecting to the cluster (kubeconfig or in-cluster) and the
+database (which must already be migrated: a schema that is behind stops the start with a hint
+to run `gangq migrate`), and the orderly stop on SIGINT/SIGTERM. Heavy imports load only when
+the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from gangq.queue.core.errors import InvalidInputError
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run", help="run the controller, REST API and metrics against a Kubernetes cluster"
+    )
+    parser.add_argument("--config", type=Path, help="YAML settings file ($GANGQ_CONFIG_FILE)")
+    parser.add_argument("--database-url", help="PostgreSQL URL (default: $DATABASE_URL)")
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="kubeconfig file (default: in-cluster config, else $KUBECONFIG or ~/.kube/config)",
+    )
+    parser.add_argument("--host", default="0.0.0.0", help="address of the REST API and /metrics")
+    parser.add_argument("--port", type=int, default=8080, help="port of the REST API and /metrics")
+    parser.add_argument("--log-level", default="info", help="debug, info, warning or error")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gangq.queue import config
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    overrides: dict[str, Any] = {}
+    if args.database_url:
+        overrides["database_url"] = args.database_url
+    if args.kubeconfig:
+        overrides["kubeconfig"] = args.kubeconfig
+    settings = config.load(args.config, **overrides)
+    if not settings.database_url:
+        raise InvalidInputError("no database: set DATABASE_URL or pass --database-url")
+    asyncio.run(serve(settings, host=args.host, port=args.port))
+    return 0
+
+
+async def _api_client(kubeconfig: Path | None) -> Any:
+    from kubernetes_asyncio import client, config
+    from kubernetes_asyncio.config.config_exception import ConfigException
+
+    if kubeconfig is None:
+        try:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            return client.ApiClient()
+        except ConfigException:
+            pass
+    configuration = client.Configuration()
+    try:
+        await config.load_kube_config(
+            config_file=None if kubeconfig is None else str(kubeconfig),
+            client_configuration=configuration,
+        )
+    except (ConfigException, OSError) as error:
+        raise InvalidInputError(
+            f"cannot read kubeconfig {kubeconfig or '(default)'}: {error}"
+        ) from error
+    return client.ApiClient(configuration)
+
+
+async def serve(settings: Any, *, host: str, port: int, stop: asyncio.Event | None = None) -> None:
+    """Run until SIGINT/SIGTERM (or `stop`); the schema must be current before anything starts."""
+    import uvicorn
+
+    from gangq.api import metrics
+    from gangq.api.app import create_app
+    from gangq.api.settings import ApiSettings
+    from gangq.queue import controller
+    from gangq.queue.kube import cache
+    from gangq.queue.store import database, schema
+
+    stop = stop or asyncio.Event()
+    engine = database.create_engine(database.normalize_url(settings.database_url))
+    try:
+        await schema.ensure_current(engine)
+        api_client = await _api_client(settings.kubeconfig)
+        async with api_client:
+            cluster = cache.ClusterCache(api_client, settings=settings)
+            registry = metrics.create_metrics()
+            api_settings = ApiSettings(database_url=settings.database_url)
+            app = create_app(
+                api_settings,
+                authenticator=_authenticator(api_settings),
+                cluster=cluster,
+                registry=registry,
+            )
+            server = _server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+            with _signals(stop):
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(
+                        controller.run_controller(
+                            settings=settings,
+                            api_client=api_client,
+                            engine=engine,
+                            stop=stop,
+                            cluster=cluster,
+                            metrics=registry,
+                        ),
+                        name="gangq-controller",
+                    )
+                    group.create_task(server.serve(), name="gangq-api")
+                    await stop.wait()
+                    server.should_exit = True
+    finally:
+        await engine.dispose()
+
+
+def _authenticator(api_settings: Any) -> Any:
+    """The token file is read before anything starts, so a bad one is a clear error, not a
+    failed API startup inside a running controller."""
+    from gangq.api import auth
+    from gangq.api.settings import AuthMode
+
+    if api_settings.auth_mode is not AuthMode.TOKEN_FILE:
+        return None
+    if api_settings.token_file is None:
+        raise InvalidInputError(
+            "GANGQ_TOKEN_FILE is not set: give a token file, or use GANGQ_AUTH_MODE=tokenreview"
+        )
+    return auth.TokenFileAuthenticator.from_path(api_settings.token_file)
+
+
+def _server(config: Any) -> Any:
+    """uvicorn's server without its own signal handling: this process stops through `stop`."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return Server(config)
+
+
+@contextlib.contextmanager
+def _signals(stop: asyncio.Event) -> Iterator[None]:
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,174 @@
+"""Settings of the controller process (`gangq run`, `gangq demo`): environment, then a YAML file.
+
+Owns names, defaults and validation of what an operator configures: the database, how to reach
+the cluster, the managed device classes, tiers, topology keys, identity attributes, tenants and
+the loop timers. It opens no connection and must not decide policy; `policy()` only hands the
+values to the decision core.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gangq.queue.core import model
+from gangq.queue.core.errors import InvalidInputError
+
+
+class TierConfig(BaseModel):
+    """One tier of the ordered tier list (PRODUCT §3); a higher rank preempts lower ranks."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    name: str = Field(min_length=1)
+    rank: int
+    min_runtime_before_preemption_s: float = Field(
+        default=0.0, ge=0, alias="minRuntimeBeforePreemptionSeconds"
+    )
+    """A fresh gang of this tier is not preempted before it ran this long (anti-thrashing)."""
+    long_running: bool = Field(default=False, alias="longRunning")
+    """Serving tiers never finish by themselves: failed pods restart in place, replicas scale."""
+
+    def to_core(self) -> model.Tier:
+        return model.Tier(
+            self.name,
+            self.rank,
+            min_runtime_before_preemption_s=self.min_runtime_before_preemption_s,
+            long_running=self.long_running,
+        )
+
+
+class QuotaConfig(BaseModel):
+    """A tenant's share of one device class, in the shape of examples/reference/tenants.yaml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    device_class: str = Field(alias="deviceClass", min_length=1)
+    nominal: int = Field(ge=0)
+    borrowing_limit: int = Field(default=0, ge=0, alias="borrowingLimit")
+    weight: float = Field(default=1.0, gt=0)
+    allowed_tiers: tuple[str, ...] = Field(default=(), alias="allowedTiers")
+
+
+class TenantConfig(BaseModel):
+    """A tenant whose quotas the controller writes to the store when it starts leading."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    quotas: tuple[QuotaConfig, ...] = ()
+
+    def to_core(self) -> tuple[model.TenantQuota, ...]:
+        return tuple(
+            model.TenantQuota(
+                tenant=model.Tenant(self.name),
+                device_class=quota.device_class,
+                nominal=quota.nominal,
+                borrowing_limit=quota.borrowing_limit,
+                weight=quota.weight,
+                allowed_tiers=quota.allowed_tiers,
+            )
+            for quota in self.quotas
+        )
+
+
+def _default_tiers() -> tuple[TierConfig, ...]:
+    return tuple(
+        TierConfig.model_validate(
+            {
+                "name": tier.name,
+                "rank": tier.rank,
+                "minRuntimeBeforePreemptionSeconds": tier.min_runtime_before_preemption_s,
+                "longRunning": tier.long_running,
+            }
+        )
+        for tier in model.DEFAULT_TIERS
+    )
+
+
+class ControllerSettings(BaseSettings):
+    """Everything `run_controller` needs besides its connections.
+
+    Environment variables use the prefix `GANGQ_` (`DATABASE_URL` is also read bare); values in
+    the YAML file named by `config_file` are used where the environment sets nothing.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="GANGQ_", extra="ignore", frozen=True, populate_by_name=True
+    )
+
+    database_url: str = Field(
+        default="", validation_alias=AliasChoices("DATABASE_URL", "GANGQ_DATABASE_URL")
+    )
+    """PostgreSQL URL; empty means the embedded server (`gangq demo`)."""
+    kubeconfig: Path | None = None
+    """Kubeconfig file; None means in-cluster config, else the default kubeconfig."""
+    config_file: Path | None = None
+    """YAML file with any of these fields (snake_case names), plus `tenants`."""
+    managed_device_classes: tuple[str, ...] = ("gpu.nvidia.com",)
+    """DeviceClasses gangq allocates itself; jobs asking for any other class are invalid."""
+    tiers: tuple[TierConfig, ...] = Field(default_factory=_default_tiers)
+    """The ordered tiers; default prod-inference (long-running) > training > small."""
+    topology_keys: tuple[str, ...] = ("gangq.dev/rack",)
+    """Node label keys that define topology domains (rack, zone, NVLink clique)."""
+    identity_attributes: dict[str, str] = Field(default_factory=lambda: {"gpu.nvidia.com": "uuid"})
+    """Driver -> attribute that names one device for good; claims are pinned to it by CEL."""
+    tenants: tuple[TenantConfig, ...] = ()
+    """Tenants written to the store when leadership is taken (the API may change them later)."""
+    cycle_interval_s: float = Field(default=5.0, gt=0)
+    """Longest pause between two cycles when nothing wakes the loop (polling safety net)."""
+    coalesce_s: float = Field(default=0.05, ge=0)
+    """Wake-ups within this window are merged into one cycle."""
+    leader_retry_s: float = Field(default=2.0, gt=0)
+    """How often a follower tries to take leadership (bounds the takeover time)."""
+    restart_backoff_s: float = Field(default=10.0, ge=0)
+    """First backoff of a gang requeued after a failed start; doubles per restart."""
+    restart_backoff_max_s: float = Field(default=600.0, ge=0)
+    """Upper bound of that backoff."""
+    actor: str = "controller"
+    """Name written into the history for what this process does."""
+    holder: str | None = None
+    """Leadership holder name; default `hostname:pid`."""
+
+    def policy(self) -> model.Policy:
+        """The decision core's knobs from these settings."""
+        return model.Policy(
+            tiers=tuple(tier.to_core() for tier in self.tiers),
+            managed_device_classes=self.managed_device_classes,
+            topology_keys=self.topology_keys,
+        )
+
+    def tier(self, name: str) -> TierConfig | None:
+        return next((tier for tier in self.tiers if tier.name == name), None)
+
+
+def _environment() -> ControllerSettings:
+    try:
+        return ControllerSettings()
+    except ValidationError as error:
+        raise InvalidInputError(f"controller settings from the environment: {error}") from error
+
+
+def load(config_file: Path | None = None, **overrides: Any) -> ControllerSettings:
+    """Settings from the environment, the YAML file (explicit or `GANGQ_CONFIG_FILE`) and
+    `overrides` (highest); a malformed file is an `InvalidInputError` naming the problem."""
+    environment = _environment()
+    path = config_file or environment.config_file
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as error:
+            raise InvalidInputError(f"config file {path}: {error}") from error
+        if loaded is not None and not isinstance(loaded, dict):
+            raise InvalidInputError(f"config file {path}: expected a mapping at the top")
+        values = {**(loaded or {}), "config_file": path}
+    explicit = {name: getattr(environment, name) for name in environment.model_fields_set}
+    try:
+        return ControllerSettings(**{**values, **explicit, **overrides})
+    except ValidationError as error:
+        raise InvalidInputError(f"controller settings: {error}") from error

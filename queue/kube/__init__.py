@@ -1,0 +1,1 @@
+"""Kubernetes edge of the controller: client, retries, watch caches, converters, actuator."""

@@ -1,0 +1,291 @@
+"""Turns a gang's committed reservation into cluster objects, and takes them away again.
+
+Owns the idempotent writes: the headless Service, claims (then their allocation, written by
+gangq with the exact reserved devices), gated pods, the one-step concurrent gate release, the
+in-place restart of a long-running replica and the ordered teardown (pods first, claims only
+when no pod of the gang is left, so devices are never pulled from under a running pod).
+Every write tolerates having been done before: 409 AlreadyExists and 404 NotFound mean done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from gangq.queue.config import ControllerSettings
+from gangq.queue.core import model
+from gangq.queue.kube import lifecycle, objects, resources, retry, status, trainingjob
+from gangq.queue.kube.client import JSON_PATCH, Kube, KubeError
+from gangq.queue.kube.resources import Resource
+
+logger = logging.getLogger(__name__)
+
+
+async def _tolerant(
+    call: Callable[[], Awaitable[object]], *, what: str, ok: tuple[int, ...]
+) -> bool:
+    """Run a write with retries; statuses in `ok` mean it is already done. False on refusal."""
+    try:
+        await retry.retrying(call, what=what)
+    except KubeError as error:
+        if error.status in ok:
+            return True
+        logger.warning("%s refused: %s", what, error)
+        return False
+    return True
+
+
+async def _create(kube: Kube, resource: Resource, body: dict[str, Any]) -> bool:
+    namespace = body["metadata"]["namespace"]
+    what = f"create {resource.kind} {namespace}/{body['metadata']['name']}"
+    return await _tolerant(lambda: kube.create(resource, namespace, body), what=what, ok=(409,))
+
+
+async def _delete(kube: Kube, resource: Resource, obj: Mapping[str, Any]) -> bool:
+    meta = obj.get("metadata") or {}
+    what = f"delete {resource.kind} {meta.get('namespace')}/{meta.get('name')}"
+    return await _tolerant(
+        lambda: kube.delete(resource, str(meta.get("namespace")), str(meta.get("name"))),
+        what=what,
+        ok=(404,),
+    )
+
+
+class Actuator:
+    """Writes for one controller process; `devices` resolves reserved ids to published devices."""
+
+    def __init__(
+        self, kube: Kube, *, settings: ControllerSettings, clock: Callable[[], float]
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.clock = clock
+
+    async def build(
+        self,
+        gang: lifecycle.Gang,
+        *,
+        spec: Mapping[str, Any],
+        inventory: model.Inventory,
+        now: float,
+    ) -> float | None:
+        """Create what is missing; when every claim is allocated as reserved and every pod
+        exists, lift all gates at once (rule 2). Returns the release skew in seconds then."""
+        job = gang.job
+        assert job is not None
+        name = job["metadata"]["name"]
+        await _create(self.kube, resources.SERVICES, objects.service(job))
+        complete = True
+        for placement in gang.placement:
+            claim = gang.claims.get(placement.replica)
+            if claim is None:
+                devices = [
+                    inventory.devices[d] for d in placement.devices if d in inventory.devices
+                ]
+                attribute = (
+                    self.settings.identity_attributes.get(devices[0].driver) if devices else None
+                )
+                pin = objects.identity_selector(devices, attribute=attribute)
+                body = objects.claim(job, placement.replica, spec=spec, pin=pin, gang=gang.uid)
+                await _create(self.kube, resources.RESOURCE_CLAIMS, body)
+                complete = False
+            elif objects.allocated_devices(claim) is None:
+                await self._allocate(job, placement, now=now)
+                complete = False
+            if placement.replica not in gang.pods:
+                body = objects.pod(
+                    job,
+                    placement.replica,
+                    spec=spec,
+                    node=placement.node,
+                    gated=True,
+                    gang=gang.uid,
+                )
+                await _create(self.kube, resources.PODS, body)
+                complete = False
+        if not complete:
+            logger.debug("gang %s: objects created, waiting to see them all", name)
+            return None
+        return await self._release(gang)
+
+    async def _allocate(
+        self, job: Mapping[str, Any], placement: model.ReplicaPlacement, *, now: float
+    ) -> None:
+        name = objects.replica_name(job["metadata"]["name"], placement.replica)
+        status = {"status": objects.allocation(placement, at=objects.rfc3339(now))}
+        await _tolerant(
+            lambda: self.kube.patch(
+                resources.RESOURCE_CLAIMS,
+                job["metadata"]["namespace"],
+                name,
+                status,
+                subresource="status",
+            ),
+            what=f"allocate claim {name}",
+            ok=(409,),
+        )
+
+    async def _release(self, gang: lifecycle.Gang) -> float | None:
+        """Lift every remaining gate concurrently; the skew is first to last acknowledged."""
+        gated = [pod for pod in gang.pods.values() if lifecycle.is_gated(pod)]
+        if not gated:
+            return None
+        remove = [{"op": "remove", "path": "/spec/schedulingGates"}]
+        acknowledged: list[float] = []
+
+        async def lift(pod: Mapping[str, Any]) -> None:
+            meta = pod["metadata"]
+            done = await _tolerant(
+                lambda: self.kube.patch(
+                    resources.PODS, meta["namespace"], meta["name"], remove, content_type=JSON_PATCH
+                ),
+                what=f"release pod {meta['namespace']}/{meta['name']}",
+                ok=(404,),
+            )
+            if done:
+                acknowledged.append(time.monotonic())
+
+        await asyncio.gather(*(lift(pod) for pod in gated))
+        if len(acknowledged) < 2:
+            return 0.0
+        return max(acknowledged) - min(acknowledged)
+
+    async def restart_in_place(
+        self, gang: lifecycle.Gang, replicas: tuple[int, ...], *, spec: Mapping[str, Any]
+    ) -> None:
+        """A long-running replica restarts on its reserved devices: the claim stays allocated
+        (it carries no delete-protection finalizer), only the pod is replaced."""
+        job = gang.job
+        assert job is not None
+        by_replica = {p.replica: p for p in gang.placement}
+        for replica in replicas:
+            pod = gang.pods.get(replica)
+            if pod is not None:
+                if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+                    await _delete(self.kube, resources.PODS, pod)
+                continue
+            body = objects.pod(
+                job, replica, spec=spec, node=by_replica[replica].node, gated=False, gang=gang.uid
+            )
+            await _create(self.kube, resources.PODS, body)
+
+    async def record_ending(self, gang: lifecycle.Gang, verdict: lifecycle.Verdict) -> bool:
+        """Write how this admission ends before tearing down, so a restart finishes the same way."""
+        job = gang.job
+        if job is None or verdict.ending is None or lifecycle.recorded_ending(gang) is not None:
+            return True
+        if (job.get("metadata") or {}).get("uid") != gang.job_uid:
+            return True
+        value = json.dumps(
+            {
+                "admittedAt": gang.admitted_at,
+                "ending": verdict.ending.value,
+                "reason": verdict.reason,
+                "failure": verdict.failure,
+            }
+        )
+        meta = job["metadata"]
+        # The resourceVersion makes a stale copy fail (409): an ending is written once, from
+        # the newest TrainingJob, and never replaced by a later guess.
+        patch = {
+            "metadata": {
+                "annotations": {lifecycle.ending_annotation(gang): value},
+                "resourceVersion": meta.get("resourceVersion"),
+            }
+        }
+        return await _tolerant(
+            lambda: self.kube.patch(
+                resources.TRAINING_JOBS, meta["namespace"], meta["name"], patch
+            ),
+            what=f"record ending of {gang.key}",
+            ok=(404,),
+        )
+
+    async def teardown(
+        self,
+        *,
+        namespace: str,
+        pods: Sequence[Mapping[str, Any]],
+        claims: Sequence[Mapping[str, Any]],
+        services: Sequence[Mapping[str, Any]],
+    ) -> bool:
+        """One pass of the ordered teardown; True once nothing of the gang is left."""
+        if pods:
+            await asyncio.gather(
+                *(
+                    _delete(self.kube, resources.PODS, pod)
+                    for pod in pods
+                    if not (pod.get("metadata") or {}).get("deletionTimestamp")
+                )
+            )
+            return False
+        for service in services:
+            await _delete(self.kube, resources.SERVICES, service)
+        for claim in claims:
+            await self._delete_claim(claim)
+        return not claims and not services
+
+    async def _delete_claim(self, claim: Mapping[str, Any]) -> None:
+        meta = claim.get("metadata") or {}
+        name = str(meta.get("name"))
+        finalizers = meta.get("finalizers") or []
+        if objects.CLAIM_FINALIZER in finalizers:
+            kept = [f for f in finalizers if f != objects.CLAIM_FINALIZER]
+            patch = {
+                "metadata": {
+                    "finalizers": kept or None,
+                    "resourceVersion": meta.get("resourceVersion"),
+                }
+            }
+            done = await _tolerant(
+                lambda: self.kube.patch(
+                    resources.RESOURCE_CLAIMS, str(meta.get("namespace")), name, patch
+                ),
+                what=f"unprotect claim {name}",
+                ok=(404,),
+            )
+            if not done:
+                return
+        if not meta.get("deletionTimestamp"):
+            await _delete(self.kube, resources.RESOURCE_CLAIMS, claim)
+
+    async def set_job_finalizer(self, job: Mapping[str, Any], *, present: bool) -> bool:
+        """Add or remove gangq's finalizer on a TrainingJob (a stale copy gets a 409, retried
+        on the next step from a fresher cache)."""
+        meta = job.get("metadata") or {}
+        finalizers = list(meta.get("finalizers") or [])
+        if (trainingjob.FINALIZER in finalizers) == present:
+            return True
+        kept = (
+            [*finalizers, trainingjob.FINALIZER]
+            if present
+            else [f for f in finalizers if f != trainingjob.FINALIZER]
+        )
+        patch = {
+            "metadata": {"finalizers": kept or None, "resourceVersion": meta.get("resourceVersion")}
+        }
+        return await _tolerant(
+            lambda: self.kube.patch(
+                resources.TRAINING_JOBS, str(meta.get("namespace")), str(meta.get("name")), patch
+            ),
+            what=f"{'add' if present else 'remove'} finalizer of {trainingjob.key_of(dict(job))}",
+            ok=(404,),
+        )
+
+    async def event(
+        self, job: Mapping[str, Any], reason: str, message: str, *, warning: bool
+    ) -> None:
+        """A Kubernetes Event on the job; losing one is logged, never fatal."""
+        body = status.event(
+            job, reason=reason, message=message, warning=warning, now=objects.rfc3339(self.clock())
+        )
+        try:
+            await self.kube.create(resources.EVENTS, str(job["metadata"]["namespace"]), body)
+        except KubeError as error:
+            logger.info(
+                "event %s for %s not recorded: %s", reason, trainingjob.key_of(dict(job)), error
+            )

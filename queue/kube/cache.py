@@ -1,0 +1,197 @@
+"""List+watch caches of the cluster and the inventory the scheduling cycle reads from them.
+
+Owns one cache per watched kind (list, then watch from its resourceVersion; relist on 410 Gone;
+re-watch after a dropped stream), the `synced` event (set once every cache has listed: no cycle
+runs before) and the `changed` event that wakes the controller. It never writes to the cluster;
+`ClusterCache.inventory()` is the view the REST API shows too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client
+
+from gangq.queue.config import ControllerSettings
+from gangq.queue.core import device, inventory, model
+from gangq.queue.core.errors import InvalidInputError
+from gangq.queue.kube import resources
+from gangq.queue.kube.client import Kube, KubeError
+from gangq.queue.kube.resources import Resource
+
+WATCH_TIMEOUT_S = 300
+RECONNECT_DELAYS_S = (0.1, 0.5, 1.0, 2.0)
+WATCHED = (
+    resources.TRAINING_JOBS,
+    resources.PODS,
+    resources.RESOURCE_CLAIMS,
+    resources.RESOURCE_SLICES,
+    resources.DEVICE_CLASSES,
+    resources.NODES,
+    resources.NAMESPACES,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def key_of(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    namespace = metadata.get("namespace")
+    return f"{namespace}/{metadata.get('name')}" if namespace else str(metadata.get("name"))
+
+
+class Expired(Exception):
+    """The watch's resourceVersion is too old (410): only a relist recovers."""
+
+
+class WatchCache:
+    """The objects of one kind by `namespace/name`, kept current by list+watch."""
+
+    def __init__(self, kube: Kube, resource: Resource, *, on_change: Callable[[], None]) -> None:
+        self.kube = kube
+        self.resource = resource
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.synced = asyncio.Event()
+        self.relists = 0
+        self._on_change = on_change
+
+    async def run(self) -> None:
+        """List and watch for ever (cancel to stop); failures are logged and retried."""
+        failures = 0
+        version: str | None = None
+        while True:
+            try:
+                if version is None:
+                    version = await self._relist()
+                version = await self._watch(version)
+                failures = 0
+            except Expired:
+                logger.info("watch of %s expired; relisting", self.resource.plural)
+                version = None
+            except (KubeError, aiohttp.ClientError, OSError, TimeoutError) as error:
+                pause = RECONNECT_DELAYS_S[min(failures, len(RECONNECT_DELAYS_S) - 1)]
+                failures += 1
+                logger.warning(
+                    "watch of %s failed (%s); again in %.1fs", self.resource.plural, error, pause
+                )
+                await asyncio.sleep(pause)
+
+    async def _relist(self) -> str:
+        listed = await self.kube.list(self.resource)
+        self.objects = {key_of(item): item for item in listed.get("items") or []}
+        self.relists += 1
+        self.synced.set()
+        self._on_change()
+        return str((listed.get("metadata") or {}).get("resourceVersion") or "")
+
+    async def _watch(self, version: str) -> str:
+        """Apply events until the stream ends; returns the last resourceVersion seen."""
+        async for event in self.kube.watch(
+            self.resource, resource_version=version, timeout_s=WATCH_TIMEOUT_S
+        ):
+            kind, obj = event.get("type"), event.get("object") or {}
+            if kind == "ERROR":
+                if obj.get("code") == 410:
+                    raise Expired(obj.get("message"))
+                raise KubeError(int(obj.get("code") or 0), str(obj.get("message")))
+            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+            if kind == "BOOKMARK":
+                continue
+            if kind == "DELETED":
+                self.objects.pop(key_of(obj), None)
+            else:
+                self.objects[key_of(obj)] = obj
+            self._on_change()
+        return version
+
+
+class ClusterCache:
+    """Every watched kind, plus the inventory built from them (rebuilt only after changes)."""
+
+    def __init__(self, api_client: client.ApiClient, *, settings: ControllerSettings) -> None:
+        self.kube = Kube(api_client)
+        self.settings = settings
+        self.changed = asyncio.Event()
+        self.synced = asyncio.Event()
+        self.version = 0
+        self.caches = {r.plural: WatchCache(self.kube, r, on_change=self._touch) for r in WATCHED}
+        self._inventory: tuple[int, model.Inventory] | None = None
+
+    def _touch(self) -> None:
+        self.version += 1
+        self.changed.set()
+        if not self.synced.is_set() and all(c.synced.is_set() for c in self.caches.values()):
+            self.synced.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Keep every cache current until `stop` is set."""
+        tasks = [
+            asyncio.create_task(cache.run(), name=f"gangq-watch-{plural}")
+            for plural, cache in self.caches.items()
+        ]
+        try:
+            await stop.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks)
+
+    def objects(self, resource: Resource) -> dict[str, dict[str, Any]]:
+        return self.caches[resource.plural].objects
+
+    def get(self, resource: Resource, key: str) -> dict[str, Any] | None:
+        return self.caches[resource.plural].objects.get(key)
+
+    def tenant_of(self, namespace: str) -> str | None:
+        found = self.get(resources.NAMESPACES, namespace) or {}
+        labels = (found.get("metadata") or {}).get("labels") or {}
+        value = labels.get("gangq.dev/tenant")
+        return str(value) if value else None
+
+    def inventory(self) -> model.Inventory | None:
+        """What the cycle may allocate, as the caches see it now; None before every cache synced."""
+        if not self.synced.is_set():
+            return None
+        if self._inventory is not None and self._inventory[0] == self.version:
+            return self._inventory[1]
+        built = inventory.build_inventory(
+            slices=_readable(self.objects(resources.RESOURCE_SLICES).values(), _slice_ok),
+            nodes=_readable(self.objects(resources.NODES).values(), inventory.node_from_dict),
+            pods=_readable(self.objects(resources.PODS).values(), _pod_ok),
+            claims=_readable(
+                self.objects(resources.RESOURCE_CLAIMS).values(), inventory.claim_devices
+            ),
+            device_classes=_readable(
+                self.objects(resources.DEVICE_CLASSES).values(), inventory.device_class_from_dict
+            ),
+            topology_keys=self.settings.topology_keys,
+        )
+        self._inventory = (self.version, built)
+        return built
+
+
+def _slice_ok(obj: Mapping[str, Any]) -> object:
+    return device.devices_from_slice(obj)
+
+
+def _pod_ok(obj: Mapping[str, Any]) -> object:
+    return inventory.pod_requirements(obj, owner=f"Pod {key_of(obj)}")
+
+
+def _readable(
+    objects: Iterable[dict[str, Any]], check: Callable[[dict[str, Any]], object]
+) -> list[dict[str, Any]]:
+    """Objects the builders can read; a malformed one is logged and left out, never fatal."""
+    kept = []
+    for obj in objects:
+        try:
+            check(obj)
+        except (InvalidInputError, KeyError, TypeError, ValueError) as error:
+            logger.warning("ignoring unreadable %s: %s", key_of(obj), error)
+            continue
+        kept.append(obj)
+    return kept

@@ -1,0 +1,302 @@
+"""Driving every gang that holds devices through its lifecycle, from committed store state.
+
+Owns reading the holding gangs (store rows, reservations mapped to the job's replica numbers,
+the pods and claims labelled with the gang) and carrying out `lifecycle.assess`'s verdict:
+build and release, mark Running, restart in place, or tear down and only then release the
+devices in the store (rule 1: never reserved for two jobs, even in the cluster).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gangq.api import metrics as api_metrics
+from gangq.queue.config import ControllerSettings
+from gangq.queue.core import model
+from gangq.queue.core.errors import InvalidInputError
+from gangq.queue.kube import cache, lifecycle, objects, resources, scale, trainingjob
+from gangq.queue.kube.actuator import Actuator
+from gangq.queue.kube.client import KubeError
+from gangq.queue.store import jobs, reservations, snapshot, timestamps
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A gang holding devices as the store has it, with the cluster objects of its uid."""
+
+    row: snapshot.JobColumns
+    placement: tuple[model.ReplicaPlacement, ...]
+    gang: lifecycle.Gang
+
+
+def by_gang(objs: Mapping[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for obj in objs.values():
+        uid = ((obj.get("metadata") or {}).get("labels") or {}).get(objects.GANG_LABEL)
+        if uid:
+            grouped[uid].append(obj)
+    return grouped
+
+
+def _by_replica(objs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    found: dict[int, dict[str, Any]] = {}
+    for obj in objs:
+        label = ((obj.get("metadata") or {}).get("labels") or {}).get(objects.REPLICA_LABEL, "")
+        if label.isdigit():
+            found[int(label)] = obj
+    return found
+
+
+class Gangs:
+    """The gang side of a leader step; its memory is only a cache of what the cluster shows."""
+
+    def __init__(
+        self,
+        view: cache.ClusterCache,
+        *,
+        settings: ControllerSettings,
+        sessions: async_sessionmaker[AsyncSession],
+        clock: Callable[[], float],
+        metrics: api_metrics.Metrics,
+        actuator: Actuator,
+    ) -> None:
+        self.view = view
+        self.settings = settings
+        self.sessions = sessions
+        self.clock = clock
+        self.metrics = metrics
+        self.actuator = actuator
+        self.skews_ms: dict[str, int] = {}
+        """Release skew per gang uid, shown in the job's status."""
+        self.deadlines: dict[str, float] = {}
+        self.endings: dict[tuple[str, str], lifecycle.Verdict] = {}
+        """Teardowns under way, by (uid, admission): a teardown never changes its mind."""
+        self.scaled_away: set[str] = set()
+        """Scale-up gangs above the job's current replicas: torn down this step."""
+        self.shrinking: dict[str, int] = {}
+        """Gang uid -> replicas it keeps: the others are torn down, then released."""
+
+    async def load(self) -> list[Held]:
+        async with self.sessions() as session:
+            rows = await snapshot.holding_rows(session)
+            placements = await reservations.active_by_job(session)
+        pods = by_gang(self.view.objects(resources.PODS))
+        claims = by_gang(self.view.objects(resources.RESOURCE_CLAIMS))
+        held = []
+        for row in rows:
+            key = snapshot.key_of(row)
+            name, first = scale.split_name(row.name)
+            placement = tuple(
+                dataclasses.replace(p, replica=p.replica + first)
+                for p in placements.get(row.id, ())
+            )
+            job = self.view.get(resources.TRAINING_JOBS, f"{row.namespace}/{name}")
+            gang = lifecycle.Gang(
+                key=key,
+                uid=row.uid,
+                job_uid=scale.job_uid(row.uid),
+                name=name,
+                job=job,
+                placement=placement,
+                admitted_at=(row.admitted_at or row.submitted_at).isoformat(),
+                is_running=row.started_at is not None,
+                is_evicting=row.evicting,
+                pods=_by_replica(pods.get(row.uid, [])),
+                claims=_by_replica(claims.get(row.uid, [])),
+            )
+            held.append(Held(row=row, placement=placement, gang=gang))
+        return held
+
+    def _context(
+        self,
+        held: Held,
+        spec: trainingjob.TrainingJobSpec | None,
+        *,
+        inventory: model.Inventory,
+        restarts: int,
+    ) -> lifecycle.Context:
+        tier = self.settings.tier(held.row.tier)
+        admitted = timestamps.to_unix(held.row.admitted_at or held.row.submitted_at)
+        timeout = float(spec.startup_timeout_seconds if spec else 600)
+        if held.row.started_at is None:
+            self.deadlines[held.row.uid] = admitted + timeout
+        else:
+            self.deadlines.pop(held.row.uid, None)
+        return lifecycle.Context(
+            now=self.clock(),
+            long_running=bool(tier and tier.long_running),
+            startup_timeout_s=timeout,
+            admitted_at_s=admitted,
+            restarts=restarts,
+            max_restarts=spec.max_restarts if spec else 0,
+            unready_nodes=frozenset(n for n, node in inventory.nodes.items() if not node.ready),
+            evicting_devices=frozenset(
+                d for d, dev in inventory.devices.items() if dev.is_evicting
+            ),
+            is_scaled_away=held.row.uid in self.scaled_away,
+        )
+
+    async def drive(
+        self, held: Held, inventory: model.Inventory, records: Mapping[str, jobs.JobRecord]
+    ) -> None:
+        gang = held.gang
+        spec: trainingjob.TrainingJobSpec | None = None
+        if gang.job is not None:
+            try:
+                spec = trainingjob.parse_spec(dict(gang.job))
+            except InvalidInputError:
+                spec = None
+        record = records.get(gang.uid)
+        context = self._context(
+            held, spec, inventory=inventory, restarts=record.restarts if record else 0
+        )
+        memo = (gang.uid, gang.admitted_at)
+        keep = self.shrinking.get(gang.uid)
+        ending = self.endings.get(memo) or lifecycle.recorded_ending(gang)
+        if keep is not None and ending is None:
+            # A scale-down finishes first: its leaving replicas must not read as failures.
+            try:
+                await self._shrink(held, keep=keep)
+            except (KubeError, InvalidInputError) as error:
+                logger.warning("gang %s: scale-down failed: %s", gang.key, error)
+            return
+        verdict = ending or lifecycle.assess(gang, context)
+        if verdict.action is lifecycle.Action.TEARDOWN:
+            self.endings[memo] = verdict
+        try:
+            await self._carry_out(held, verdict, inventory=inventory, context=context)
+        except (KubeError, InvalidInputError) as error:
+            logger.warning("gang %s: %s failed: %s", gang.key, verdict.action, error)
+
+    async def _shrink(self, held: Held, *, keep: int) -> None:
+        """Scale-down of the job's own gang: the replicas from `keep` on are torn down (pods
+        first), then the store releases their devices; the others keep running."""
+        gang = held.gang
+        leaving = [p.replica for p in held.placement if p.replica >= keep]
+        done = await self.actuator.teardown(
+            namespace=gang.key.partition("/")[0],
+            pods=[gang.pods[r] for r in leaving if r in gang.pods],
+            claims=[gang.claims[r] for r in leaving if r in gang.claims],
+            services=[],
+        )
+        if not done or not leaving:
+            return
+        async with self.sessions() as session, session.begin():
+            freed = await jobs.shrink(
+                session, gang.key, replicas=keep, at=self.clock(), actor=self.settings.actor
+            )
+        if gang.job is not None:
+            message = f"scaled down to {keep} replicas, {freed} devices released"
+            await self.actuator.event(gang.job, "ScaledDown", message, warning=False)
+
+    async def _carry_out(
+        self,
+        held: Held,
+        verdict: lifecycle.Verdict,
+        *,
+        inventory: model.Inventory,
+        context: lifecycle.Context,
+    ) -> None:
+        gang = held.gang
+        job_spec = dict((gang.job or {}).get("spec") or {})
+        if verdict.action is lifecycle.Action.BUILD:
+            if gang.job is None:
+                return
+            if not gang.pods and not gang.claims:
+                await self.actuator.event(
+                    gang.job, "Admitted", f"{len(gang.placement)} replicas reserved", warning=False
+                )
+            skew = await self.actuator.build(
+                gang, spec=job_spec, inventory=inventory, now=self.clock()
+            )
+            if skew is not None:
+                self.skews_ms[gang.uid] = round(skew * 1000)
+                api_metrics.observe_release_skew(self.metrics, skew)
+                await self.actuator.event(
+                    gang.job,
+                    "Released",
+                    f"all {len(gang.placement)} pods released, skew {skew * 1000:.1f} ms",
+                    warning=False,
+                )
+        elif verdict.action is lifecycle.Action.MARK_RUNNING:
+            async with self.sessions() as session, session.begin():
+                await jobs.mark_running(
+                    session, gang.key, at=self.clock(), actor=self.settings.actor
+                )
+            self.deadlines.pop(gang.uid, None)
+            if gang.job is not None:
+                await self.actuator.event(gang.job, "Running", "all pods Ready", warning=False)
+        elif verdict.action is lifecycle.Action.RESTART_IN_PLACE:
+            await self.actuator.restart_in_place(gang, verdict.replicas, spec=job_spec)
+        elif verdict.action is lifecycle.Action.TEARDOWN:
+            await self._teardown(held, verdict, context=context)
+
+    async def _teardown(
+        self, held: Held, verdict: lifecycle.Verdict, *, context: lifecycle.Context
+    ) -> None:
+        gang = held.gang
+        if not await self.actuator.record_ending(gang, verdict):
+            return
+        done = await self.actuator.teardown(
+            namespace=gang.key.split("/")[0],
+            pods=list(gang.pods.values()),
+            claims=list(gang.claims.values()),
+            services=[],
+        )
+        if not done:
+            return
+        await self._end(held, verdict, context=context)
+
+    async def _end(
+        self, held: Held, verdict: lifecycle.Verdict, *, context: lifecycle.Context
+    ) -> None:
+        """Teardown is complete: only now does the store release the devices (rule 1)."""
+        gang, ending, now = held.gang, verdict.ending, self.clock()
+        actor = self.settings.actor
+        async with self.sessions() as session, session.begin():
+            if ending in (lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED):
+                backoff = 0.0
+                if ending is lifecycle.Ending.REQUEUE:
+                    backoff = min(
+                        self.settings.restart_backoff_s * 2**context.restarts,
+                        self.settings.restart_backoff_max_s,
+                    )
+                await jobs.requeue(
+                    session,
+                    gang.key,
+                    at=now,
+                    actor=actor,
+                    reason=verdict.reason,
+                    preempted=ending is lifecycle.Ending.PREEMPTED,
+                    backoff_s=backoff,
+                )
+            else:
+                await jobs.finish(
+                    session,
+                    gang.key,
+                    succeeded=ending is lifecycle.Ending.SUCCEEDED,
+                    at=now,
+                    actor=actor,
+                    reason=verdict.reason,
+                )
+        self.deadlines.pop(gang.uid, None)
+        self.endings.pop((gang.uid, gang.admitted_at), None)
+        if verdict.failure and not gang.is_running:
+            api_metrics.record_gang_start_failure(
+                self.metrics, held.row.tier, reason=verdict.failure
+            )
+        if gang.job is not None and ending is not None:
+            warning = ending not in (lifecycle.Ending.SUCCEEDED, lifecycle.Ending.DELETED)
+            await self.actuator.event(
+                gang.job, ending.value.capitalize(), verdict.reason, warning=warning
+            )
+        logger.info("gang %s ended (%s): %s", gang.key, ending, verdict.reason)

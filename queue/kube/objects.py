@@ -1,0 +1,226 @@
+"""The API objects of an admitted gang, built from its TrainingJob and its reservation.
+
+Owns names (`<job>-<replica>`, Service `<job>`), labels, owner references, the ResourceClaim with
+the allocation gangq writes itself, the gated pod pinned to its node and the env contract of
+PRODUCT §5. Pure: builds dicts, sends nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from gangq.queue.core import model
+from gangq.queue.core.device import Device, DeviceId
+from gangq.queue.kube import resources
+from gangq.queue.store import reservations
+
+JOB_LABEL = "gangq.dev/job-name"
+REPLICA_LABEL = "gangq.dev/replica"
+JOB_UID_LABEL = "gangq.dev/job-uid"
+GANG_LABEL = "gangq.dev/gang"
+"""The queue entry (store uid) a pod or claim belongs to: the job itself or one scale-up."""
+GATE = "gangq.dev/admission"
+CLAIM_FINALIZER = "gangq.dev/claim-protection"
+"""Claim finalizer policy: gangq's claims carry this finalizer and never
+`resource.kubernetes.io/delete-protection`. Without the latter, kube-controller-manager keeps
+the allocation when a pod leaves `reservedFor`, so a long-running replica restarts in place on
+the same devices; with the former, deleting a claim (by hand or by garbage collection) cannot
+pull devices from under a running pod: gangq removes it only once no pod of the gang is left."""
+REQUEST = "devices"
+CLAIM_REF = "gangq-devices"
+MASTER_PORT = 29500
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def rfc3339(unix_s: float) -> str:
+    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def replica_name(job: str, replica: int) -> str:
+    return f"{job}-{replica}"
+
+
+def _metadata(
+    job: Mapping[str, Any], name: str, replica: int | None, *, gang: str | None = None
+) -> dict[str, Any]:
+    meta = job["metadata"]
+    labels = {JOB_LABEL: meta["name"], JOB_UID_LABEL: meta["uid"]}
+    if replica is not None:
+        labels[REPLICA_LABEL] = str(replica)
+    if gang is not None:
+        labels[GANG_LABEL] = gang
+    return {
+        "name": name,
+        "namespace": meta["namespace"],
+        "labels": labels,
+        "ownerReferences": [
+            {
+                "apiVersion": resources.TRAINING_JOBS.api_version,
+                "kind": resources.TRAINING_JOBS.kind,
+                "name": meta["name"],
+                "uid": meta["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+
+
+def identity_selector(devices: Sequence[Device], *, attribute: str | None) -> str | None:
+    """A CEL selector naming exactly these devices by their identity attribute, if all have it."""
+    if not attribute or not devices:
+        return None
+    driver = devices[0].driver
+    qualified = f"{driver}/{attribute}"
+    values = [d.attributes.get(qualified) for d in devices]
+    if any(d.driver != driver for d in devices) or any(not isinstance(v, str) for v in values):
+        return None
+    return f'device.attributes["{driver}"].{attribute} in {json.dumps(sorted(map(str, values)))}'
+
+
+def claim(
+    job: Mapping[str, Any],
+    replica: int,
+    *,
+    spec: Mapping[str, Any],
+    pin: str | None,
+    gang: str,
+) -> dict[str, Any]:
+    """The claim of one replica: D devices of the job's class, its selectors and constraints."""
+    exactly: dict[str, Any] = {
+        "deviceClassName": spec.get("deviceClassName") or "gpu.nvidia.com",
+        "allocationMode": "ExactCount",
+        "count": int(spec["devicesPerReplica"]),
+    }
+    selectors = [*(spec.get("selectors") or []), *([pin] if pin else [])]
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": s}} for s in selectors]
+    devices: dict[str, Any] = {"requests": [{"name": REQUEST, "exactly": exactly}]}
+    constraints = [
+        c["matchAttribute"] for c in spec.get("constraints") or [] if c.get("matchAttribute")
+    ]
+    if constraints:
+        devices["constraints"] = [{"requests": [REQUEST], "matchAttribute": m} for m in constraints]
+    metadata = _metadata(job, replica_name(job["metadata"]["name"], replica), replica, gang=gang)
+    metadata["finalizers"] = [CLAIM_FINALIZER]
+    return {
+        "apiVersion": resources.RESOURCE_CLAIMS.api_version,
+        "kind": resources.RESOURCE_CLAIMS.kind,
+        "metadata": metadata,
+        "spec": {"devices": devices},
+    }
+
+
+def allocation(placement: model.ReplicaPlacement, *, at: str) -> dict[str, Any]:
+    """`status.allocation` with the reserved devices; `allocationTimestamp` is required by
+    kube-scheduler 1.36 to honour an allocation it did not write (issue 6, fact 1)."""
+    results = []
+    for device in placement.devices:
+        driver, pool, name = reservations.split_device_id(device)
+        results.append({"request": REQUEST, "driver": driver, "pool": pool, "device": name})
+    return {
+        "allocation": {
+            "devices": {"results": results},
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": [placement.node]}
+                        ]
+                    }
+                ]
+            },
+            "allocationTimestamp": at,
+        }
+    }
+
+
+def allocated_devices(claim_obj: Mapping[str, Any]) -> tuple[DeviceId, ...] | None:
+    """The devices a claim's allocation names, None when it has no allocation."""
+    found = (claim_obj.get("status") or {}).get("allocation")
+    if not found:
+        return None
+    results = (found.get("devices") or {}).get("results") or []
+    return tuple(
+        sorted(DeviceId(f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}") for r in results)
+    )
+
+
+def _env(job: Mapping[str, Any], replica: int, *, spec: Mapping[str, Any]) -> list[dict[str, str]]:
+    name = job["metadata"]["name"]
+    replicas = int(spec["replicas"])
+    values = {
+        "GANGQ_REPLICA_INDEX": replica,
+        "GANGQ_REPLICAS": replicas,
+        "GANGQ_DEVICES_PER_REPLICA": int(spec["devicesPerReplica"]),
+        "MASTER_ADDR": f"{replica_name(name, 0)}.{name}",
+        "MASTER_PORT": MASTER_PORT,
+        "WORLD_SIZE": replicas,
+        "NODE_RANK": replica,
+    }
+    return [{"name": k, "value": str(v)} for k, v in values.items()]
+
+
+def pod(
+    job: Mapping[str, Any],
+    replica: int,
+    *,
+    spec: Mapping[str, Any],
+    node: str,
+    gated: bool,
+    gang: str,
+) -> dict[str, Any]:
+    """The replica's pod from the template: pinned to `node` so the scheduler's DRA PostFilter
+    can never clear its claim's allocation (issue 6, fact 2), gated until the whole gang is."""
+    template = copy.deepcopy(dict(spec.get("template") or {}))
+    name = replica_name(job["metadata"]["name"], replica)
+    metadata = _metadata(job, name, replica, gang=gang)
+    template_meta = template.get("metadata") or {}
+    metadata["labels"] = {**(template_meta.get("labels") or {}), **metadata["labels"]}
+    if template_meta.get("annotations"):
+        metadata["annotations"] = dict(template_meta["annotations"])
+    pod_spec: dict[str, Any] = dict(template.get("spec") or {})
+    pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), HOSTNAME_LABEL: node}
+    pod_spec["hostname"] = name
+    pod_spec["subdomain"] = job["metadata"]["name"]
+    pod_spec.setdefault("restartPolicy", "Never")
+    pod_spec["resourceClaims"] = [
+        *(pod_spec.get("resourceClaims") or []),
+        {"name": CLAIM_REF, "resourceClaimName": name},
+    ]
+    env = _env(job, replica, spec=spec)
+    containers = []
+    for original in pod_spec.get("containers") or []:
+        container = dict(original)
+        requested = dict(container.get("resources") or {})
+        requested["claims"] = [*(requested.get("claims") or []), {"name": CLAIM_REF}]
+        container["resources"] = requested
+        kept = [
+            e for e in container.get("env") or [] if e.get("name") not in {x["name"] for x in env}
+        ]
+        container["env"] = [*kept, *env]
+        containers.append(container)
+    pod_spec["containers"] = containers
+    if gated:
+        pod_spec["schedulingGates"] = [{"name": GATE}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def service(job: Mapping[str, Any]) -> dict[str, Any]:
+    """Headless Service `<job>`: `<job>-0.<job>` resolves before the pods are Ready."""
+    metadata = _metadata(job, job["metadata"]["name"], None)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata,
+        "spec": {
+            "clusterIP": "None",
+            "selector": {JOB_LABEL: job["metadata"]["name"], JOB_UID_LABEL: job["metadata"]["uid"]},
+            "publishNotReadyAddresses": True,
+            "ports": [{"name": "rendezvous", "port": MASTER_PORT}],
+        },
+    }

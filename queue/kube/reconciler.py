@@ -1,0 +1,354 @@
+"""One leader step: queue new TrainingJobs, run the cycle, drive every gang, show status.
+
+Owns turning cluster events into store writes (enqueue by uid, finishing deleted jobs) and
+carrying out each gang's lifecycle verdict from committed store state: the cycle's decisions
+are read back from PostgreSQL, never from memory, so a restarted leader does the same (rule 9).
+Errors from bad input or a refused write are logged per job and never stop the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gangq.api import capacity
+from gangq.api import metrics as api_metrics
+from gangq.queue.config import ControllerSettings
+from gangq.queue.core import model
+from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core.errors import InvalidInputError
+from gangq.queue.kube import cache, gangs, objects, resources, scale, status, trainingjob
+from gangq.queue.kube.actuator import Actuator
+from gangq.queue.kube.client import KubeError
+from gangq.queue.store import admission, jobs, tenants
+from gangq.queue.store.errors import ConflictError, NotLeaderError, StoreError
+
+logger = logging.getLogger(__name__)
+PAGE = 1000
+
+
+class Reconciler:
+    """The leader's work; `step` is called once per (coalesced) wake-up."""
+
+    def __init__(
+        self,
+        view: cache.ClusterCache,
+        *,
+        settings: ControllerSettings,
+        sessions: async_sessionmaker[AsyncSession],
+        clock: Callable[[], float],
+        metrics: api_metrics.Metrics,
+    ) -> None:
+        self.view = view
+        self.settings = settings
+        self.sessions = sessions
+        self.clock = clock
+        self.metrics = metrics
+        self.actuator = Actuator(view.kube, settings=settings, clock=clock)
+        self.gangs = gangs.Gangs(
+            view,
+            settings=settings,
+            sessions=sessions,
+            clock=clock,
+            metrics=metrics,
+            actuator=self.actuator,
+        )
+        self.matcher = DeviceMatcher()
+        self.policy = settings.policy()
+        self.known: set[str] = set()
+        self.problems: dict[str, str] = {}
+        self.tenants_epoch: int | None = None
+
+    def next_deadline_s(self) -> float:
+        """Seconds until the earliest startup deadline (the timer must not sleep past it)."""
+        if not self.gangs.deadlines:
+            return self.settings.cycle_interval_s
+        return max(0.0, min(self.gangs.deadlines.values()) - self.clock()) + 0.05
+
+    async def step(self, *, epoch: int) -> None:
+        """Enqueue, scale, cycle, drive gangs, sweep, show status: one leader turn.
+
+        Nothing here raises on bad input or a lost database: the step is logged and retried
+        on the next wake-up, from whatever the store and the caches say then.
+        """
+        try:
+            inventory = self.view.inventory()
+            if inventory is None:
+                return
+            if self.tenants_epoch != epoch:
+                await self._write_tenants()
+                self.tenants_epoch = epoch
+            await self._enqueue_new()
+            await self._scale(await self._records())
+            started = time.monotonic()
+            result = await admission.run(
+                self.sessions,
+                inventory,
+                policy=self.policy,
+                now=self.clock(),
+                matcher=self.matcher,
+                epoch=epoch,
+                actor=self.settings.actor,
+            )
+            api_metrics.observe_cycle(self.metrics, time.monotonic() - started)
+            records = await self._records()
+            self._count(result, records)
+            held = await self.gangs.load()
+            self._gauges(inventory, held)
+            await asyncio.gather(*(self.gangs.drive(h, inventory, records) for h in held))
+            await self._sweep(held, records)
+            await self._show(records, held)
+        except NotLeaderError as error:
+            logger.warning("not the leader any more: %s", error)
+        except (StoreError, DBAPIError, OSError, InvalidInputError, KubeError) as error:
+            logger.warning("step failed, retrying on the next wake-up: %s", error)
+
+    async def _write_tenants(self) -> None:
+        if not self.settings.tenants:
+            return
+        async with self.sessions() as session, session.begin():
+            for tenant in self.settings.tenants:
+                await tenants.upsert_tenant(
+                    session,
+                    tenant.name,
+                    tenant.to_core(),
+                    actor=self.settings.actor,
+                    now=self.clock(),
+                )
+
+    async def _enqueue_new(self) -> None:
+        """Queue every TrainingJob not seen yet; enqueue is idempotent by uid (replays are free)."""
+        fresh: list[tuple[dict[str, Any], model.PendingJob]] = []
+        for job in self.view.objects(resources.TRAINING_JOBS).values():
+            meta = job.get("metadata") or {}
+            uid = str(meta.get("uid") or "")
+            if uid in self.known or meta.get("deletionTimestamp"):
+                continue
+            try:
+                pending = trainingjob.pending_job(
+                    job, tenant=self.view.tenant_of(str(meta.get("namespace")))
+                )
+            except InvalidInputError as error:
+                self.problems[uid] = str(error)
+                continue
+            fresh.append((job, pending))
+        for job, pending in fresh:
+            if not await self.actuator.set_job_finalizer(job, present=True):
+                continue
+            try:
+                async with self.sessions() as session, session.begin():
+                    await jobs.enqueue(
+                        session, [pending], actor=self.settings.actor, now=self.clock()
+                    )
+            except ConflictError as error:
+                self.problems[pending.uid] = (
+                    f"waiting for the previous job {pending.key} to end: {error}"
+                )
+                continue
+            except InvalidInputError as error:
+                self.problems[pending.uid] = str(error)
+                continue
+            self.problems.pop(pending.uid, None)
+            self.known.add(pending.uid)
+
+    async def _records(self) -> dict[str, jobs.JobRecord]:
+        records: dict[str, jobs.JobRecord] = {}
+        async with self.sessions() as session:
+            offset = 0
+            while True:
+                page = await jobs.list_jobs(session, limit=PAGE, offset=offset)
+                records.update((r.uid, r) for r in page.items)
+                offset += PAGE
+                if offset >= page.total:
+                    return records
+
+    def _gauges(self, inventory: model.Inventory, held: list[gangs.Held]) -> None:
+        """Device and tenant gauges of `/metrics` from the inventory and the gangs holding."""
+        reserved = frozenset(d for h in held for p in h.placement for d in p.devices)
+        report = capacity.summarize(inventory, reserved, matcher=self.matcher)
+        for device_class in self.settings.managed_device_classes:
+            usage = report.classes.get(device_class)
+            if usage is None:
+                continue
+            api_metrics.set_devices(
+                self.metrics,
+                device_class,
+                free=usage.by_state.get("free", 0),
+                reserved=usage.by_state.get("reserved", 0),
+                held_by_others=usage.by_state.get("held_by_others", 0),
+            )
+            largest = max(usage.largest_gang_devices, usage.largest_replica)
+            api_metrics.set_largest_placeable_gang(self.metrics, device_class, devices=largest)
+        tenant_use: dict[tuple[str, str], tuple[int, int]] = {}
+        for h in held:
+            count = sum(len(p.devices) for p in h.placement)
+            nominal, borrowed = tenant_use.get((h.row.tenant, h.row.device_class), (0, 0))
+            tenant_use[(h.row.tenant, h.row.device_class)] = (
+                nominal + count - h.row.borrowed,
+                borrowed + h.row.borrowed,
+            )
+        api_metrics.set_tenant_devices(self.metrics, tenant_use)
+
+    def _count(self, result: model.CycleResult, records: Mapping[str, jobs.JobRecord]) -> None:
+        by_key = {r.key: r for r in records.values() if r.phase not in ("Succeeded", "Failed")}
+        for admitted in result.admissions:
+            record = by_key.get(admitted.job)
+            if record is not None and record.admitted_at is not None:
+                wait = record.admitted_at - record.submitted_at
+                api_metrics.record_admission(self.metrics, record.tier, wait_seconds=wait)
+        for preemption in result.preemptions:
+            for victim in preemption.victims:
+                record = by_key.get(victim.job)
+                if record is not None and not record.is_evicting:
+                    api_metrics.record_preemption(self.metrics, record.tier, reason="priority")
+        pending: dict[tuple[str, str], int] = defaultdict(int)
+        oldest: dict[str, float] = {}
+        now = self.clock()
+        for record in by_key.values():
+            if record.phase == "Queued":
+                pending[(record.tier, record.tenant)] += 1
+                oldest[record.tier] = max(oldest.get(record.tier, 0.0), now - record.submitted_at)
+        api_metrics.set_queue(self.metrics, pending, oldest_pending_seconds=oldest)
+
+    async def _sweep(self, held: list[gangs.Held], records: Mapping[str, jobs.JobRecord]) -> None:
+        """Objects of gangs that hold nothing (left by a crash) go; a deleted job whose gangs
+        are all gone finishes in the store and loses its finalizer."""
+        holding = {h.row.uid for h in held}
+        busy = {h.gang.job_uid for h in held}
+        pods = gangs.by_gang(self.view.objects(resources.PODS))
+        claims = gangs.by_gang(self.view.objects(resources.RESOURCE_CLAIMS))
+        for uid in (set(pods) | set(claims)) - holding:
+            busy.add(scale.job_uid(uid))
+            await self.actuator.teardown(
+                namespace="", pods=pods.get(uid, []), claims=claims.get(uid, []), services=[]
+            )
+        for job in list(self.view.objects(resources.TRAINING_JOBS).values()):
+            meta = job.get("metadata") or {}
+            uid = str(meta.get("uid"))
+            if not meta.get("deletionTimestamp") or uid in busy:
+                continue
+            live = [
+                r
+                for r in records.values()
+                if scale.job_uid(r.uid) == uid and r.phase not in scale.FINISHED
+            ]
+            if await self._finish(live, reason="TrainingJob deleted"):
+                await self.actuator.set_job_finalizer(job, present=False)
+
+    async def _finish(self, live: list[jobs.JobRecord], *, reason: str) -> bool:
+        """End queue entries that hold no devices; False when the store refused one."""
+        for record in live:
+            try:
+                async with self.sessions() as session, session.begin():
+                    await jobs.finish(
+                        session,
+                        record.key,
+                        succeeded=False,
+                        at=self.clock(),
+                        actor=self.settings.actor,
+                        reason=reason,
+                    )
+            except InvalidInputError as error:
+                logger.warning("finishing %s: %s", record.key, error)
+                return False
+        return True
+
+    async def _scale(self, records: Mapping[str, jobs.JobRecord]) -> None:
+        """Queue the added replicas of running long-running jobs; end the removed ones."""
+        self.gangs.scaled_away = set()
+        self.gangs.shrinking = {}
+        for job in list(self.view.objects(resources.TRAINING_JOBS).values()):
+            meta = job.get("metadata") or {}
+            base = records.get(str(meta.get("uid")))
+            tier = self.settings.tier(base.tier) if base else None
+            if base is None or base.phase != "Running" or not (tier and tier.long_running):
+                continue
+            if meta.get("deletionTimestamp"):
+                continue
+            try:
+                wanted = trainingjob.parse_spec(job).replicas
+                extensions = [
+                    r
+                    for r in records.values()
+                    if scale.job_uid(r.uid) == base.uid and r.uid != base.uid
+                ]
+                plan = scale.plan(wanted, base=base, extensions=extensions)
+                holding = [r for r in plan.drop if r.phase in ("Admitted", "Running")]
+                self.gangs.scaled_away.update(r.uid for r in holding)
+                await self._finish([r for r in plan.drop if r not in holding], reason="scaled down")
+                if plan.shrink_to:
+                    self.gangs.shrinking[base.uid] = plan.shrink_to
+                if plan.add:
+                    await self._scale_up(job, first=plan.first, add=plan.add)
+            except InvalidInputError as error:
+                logger.warning("scaling %s: %s", trainingjob.key_of(job), error)
+
+    async def _scale_up(self, job: dict[str, Any], *, first: int, add: int) -> None:
+        namespace = str(job["metadata"]["namespace"])
+        pending = trainingjob.pending_job(job, tenant=self.view.tenant_of(namespace))
+        entry = scale.extension(pending, first=first, add=add, now=self.clock())
+        try:
+            async with self.sessions() as session, session.begin():
+                await jobs.enqueue(session, [entry], actor=self.settings.actor, now=self.clock())
+        except ConflictError as error:
+            logger.info("scale-up of %s already queued: %s", pending.key, error)
+            return
+        message = f"replicas {first}..{first + add - 1} queued as one gang"
+        await self.actuator.event(job, "ScaleUp", message, warning=False)
+
+    async def _show(self, records: Mapping[str, jobs.JobRecord], held: list[gangs.Held]) -> None:
+        """Patch each TrainingJob's status where it differs from the store's record."""
+        placements: dict[str, list[model.ReplicaPlacement]] = defaultdict(list)
+        skews: dict[str, int] = {}
+        for h in held:
+            placements[h.gang.job_uid].extend(h.placement)
+            if h.row.uid in self.gangs.skews_ms:
+                skews[h.gang.job_uid] = max(
+                    skews.get(h.gang.job_uid, 0), self.gangs.skews_ms[h.row.uid]
+                )
+        now = objects.rfc3339(self.clock())
+        fresh = await self._records()
+        waiting = {
+            scale.job_uid(r.uid): f"scale-up to replica {scale.first_replica(r.key)}+ waits: "
+            + r.reason.message
+            for r in fresh.values()
+            if r.phase == "Queued" and r.reason is not None and r.uid != scale.job_uid(r.uid)
+        }
+        for job in list(self.view.objects(resources.TRAINING_JOBS).values()):
+            meta = job.get("metadata") or {}
+            uid = str(meta.get("uid"))
+            if meta.get("deletionTimestamp"):
+                continue
+            wanted = status.desired(
+                fresh.get(uid) or records.get(uid),
+                placement=tuple(sorted(placements.get(uid, ()), key=lambda p: p.replica)),
+                problem=self.problems.get(uid),
+                now=now,
+            )
+            if uid in skews:
+                wanted["releaseSkewMs"] = skews[uid]
+            if uid in waiting and wanted.get("phase") == "Running":
+                wanted["reason"] = waiting[uid]
+            current = job.get("status") or {}
+            if not status.differs(current, wanted) and current.get("releaseSkewMs") == wanted.get(
+                "releaseSkewMs"
+            ):
+                continue
+            body = {"status": status.merged_conditions(current, wanted)}
+            try:
+                await self.view.kube.patch(
+                    resources.TRAINING_JOBS,
+                    str(meta.get("namespace")),
+                    str(meta.get("name")),
+                    body,
+                    subresource="status",
+                )
+            except KubeError as error:
+                logger.info("status of %s not written: %s", trainingjob.key_of(job), error)

@@ -1,0 +1,143 @@
+"""What a TrainingJob's status and Kubernetes Events say, from the store's record of the job.
+
+Owns the status document (phase, queuePosition, reason, placement, times, restarts,
+preemptions, releaseSkewMs, conditions) and Event bodies. Pure: the reconciler sends them and
+only when they differ from what the cluster already shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gangq.queue.core import model
+from gangq.queue.kube import objects
+from gangq.queue.store import jobs, reservations
+
+COMPARED = ("phase", "queuePosition", "reason", "placement", "restarts", "preemptions")
+
+
+def _stamp(unix_s: float | None) -> str | None:
+    return None if unix_s is None else objects.rfc3339(unix_s)
+
+
+def _placement(placement: tuple[model.ReplicaPlacement, ...]) -> list[dict[str, Any]]:
+    out = []
+    for replica in placement:
+        devices = []
+        for device in replica.devices:
+            driver, pool, name = reservations.split_device_id(device)
+            devices.append({"driver": driver, "pool": pool, "device": name})
+        out.append({"replica": replica.replica, "node": replica.node, "devices": devices})
+    return out
+
+
+def _condition(kind: str, state: bool, reason: str, message: str, *, now: str) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "status": "True" if state else "False",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+    }
+
+
+def desired(
+    record: jobs.JobRecord | None,
+    *,
+    placement: tuple[model.ReplicaPlacement, ...],
+    problem: str | None,
+    now: str,
+) -> dict[str, Any]:
+    """The status gangq wants shown; `problem` is an edge validation message (never queued)."""
+    if record is None:
+        message = problem or "waiting to be queued"
+        return {
+            "phase": "Queued",
+            "reason": f"invalid: {problem}" if problem else message,
+            "conditions": [
+                _condition(
+                    "Admissible",
+                    problem is None,
+                    "InvalidSpec" if problem else "Queued",
+                    message,
+                    now=now,
+                )
+            ],
+        }
+    reason = record.reason.message if record.reason else ""
+    invalid = record.reason is not None and str(record.reason.code) == "invalid"
+    holding = record.phase in ("Admitted", "Running")
+    status: dict[str, Any] = {
+        "phase": record.phase,
+        "queuePosition": record.position,
+        "reason": reason,
+        "placement": _placement(placement) if holding else [],
+        "restarts": record.restarts,
+        "preemptions": record.preemptions,
+        "admittedAt": _stamp(record.admitted_at),
+        "startedAt": _stamp(record.started_at),
+        "finishedAt": _stamp(record.finished_at),
+        "conditions": [
+            _condition(
+                "Admissible",
+                not invalid,
+                "InvalidSpec" if invalid else "Valid",
+                reason if invalid else "",
+                now=now,
+            ),
+            _condition("Admitted", holding, record.phase, reason, now=now),
+            _condition("Ready", record.phase == "Running", record.phase, "", now=now),
+        ],
+    }
+    return status
+
+
+def differs(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """True when a compared field or a condition's status or message changed."""
+    if any(current.get(k) != wanted.get(k) for k in COMPARED if k in wanted):
+        return True
+    old = {
+        c.get("type"): (c.get("status"), c.get("message")) for c in current.get("conditions") or []
+    }
+    new = {c["type"]: (c["status"], c["message"]) for c in wanted.get("conditions") or []}
+    return old != new
+
+
+def merged_conditions(current: Mapping[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
+    """Keep lastTransitionTime of conditions whose status did not change."""
+    old = {c.get("type"): c for c in current.get("conditions") or []}
+    for condition in wanted.get("conditions") or []:
+        previous = old.get(condition["type"])
+        if (
+            previous
+            and previous.get("status") == condition["status"]
+            and previous.get("lastTransitionTime")
+        ):
+            condition["lastTransitionTime"] = previous["lastTransitionTime"]
+    return wanted
+
+
+def event(
+    job: Mapping[str, Any], *, reason: str, message: str, warning: bool, now: str
+) -> dict[str, Any]:
+    meta = job["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": "gangq.dev/v1alpha1",
+            "kind": "TrainingJob",
+            "namespace": meta["namespace"],
+            "name": meta["name"],
+            "uid": meta["uid"],
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": "gangq"},
+        "count": 1,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+    }

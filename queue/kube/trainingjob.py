@@ -1,0 +1,107 @@
+"""TrainingJob objects into queue entries: the validation edge for what users submit.
+
+Owns reading a TrainingJob dict with pydantic (exact messages naming the field), the tenant of
+its namespace and the translation into a core `PendingJob`. Whether the job can ever run (tier,
+quota, device class, selectors, size) is the decision core's judgement, not this module's.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gangq.queue.core import inventory, model
+from gangq.queue.core.errors import InvalidInputError
+
+FINALIZER = "gangq.dev/teardown"
+"""Kept on a TrainingJob until its pods and claims are gone and its devices released."""
+DEFAULT_DEVICE_CLASS = "gpu.nvidia.com"
+
+
+class Constraint(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    match_attribute: str = Field(alias="matchAttribute", min_length=1)
+
+
+class TopologySpec(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    key: str = ""
+    mode: Literal["Required", "Preferred", "None"] = "Preferred"
+
+
+class TrainingJobSpec(BaseModel):
+    """`spec` of a TrainingJob (crds/trainingjob.yaml is the schema; this re-checks it)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    tier: str = Field(min_length=1)
+    priority: int = 0
+    replicas: int = Field(ge=1)
+    devices_per_replica: int = Field(alias="devicesPerReplica", ge=1)
+    device_class_name: str = Field(alias="deviceClassName", default=DEFAULT_DEVICE_CLASS)
+    selectors: tuple[str, ...] = ()
+    constraints: tuple[Constraint, ...] = ()
+    topology: TopologySpec | None = None
+    startup_timeout_seconds: int = Field(alias="startupTimeoutSeconds", default=600, ge=1)
+    max_runtime_seconds: int | None = Field(alias="maxRuntimeSeconds", default=None, ge=1)
+    max_restarts: int = Field(alias="maxRestarts", default=3, ge=0)
+    template: dict[str, Any] = Field(default_factory=dict)
+
+
+def key_of(job: dict[str, Any]) -> model.JobKey:
+    metadata = job.get("metadata") or {}
+    return model.JobKey(f"{metadata.get('namespace')}/{metadata.get('name')}")
+
+
+def parse_spec(job: dict[str, Any]) -> TrainingJobSpec:
+    """The spec, or an `InvalidInputError` listing every problem as `field: message`."""
+    try:
+        return TrainingJobSpec.model_validate(job.get("spec") or {})
+    except ValidationError as error:
+        problems = "; ".join(
+            f"spec.{'.'.join(str(part) for part in e['loc'])}: {e['msg']}" for e in error.errors()
+        )
+        raise InvalidInputError(problems) from error
+
+
+def submitted_at(job: dict[str, Any]) -> float:
+    stamp = (job.get("metadata") or {}).get("creationTimestamp")
+    if not stamp:
+        return 0.0
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).astimezone(UTC).timestamp()
+    except ValueError as error:
+        raise InvalidInputError(f"metadata.creationTimestamp {stamp!r}: {error}") from error
+
+
+def pending_job(job: dict[str, Any], *, tenant: str | None) -> model.PendingJob:
+    """The queue entry for `job`; raises `InvalidInputError` saying exactly what is wrong."""
+    key = key_of(job)
+    if not tenant:
+        namespace = (job.get("metadata") or {}).get("namespace")
+        raise InvalidInputError(
+            f"namespace {namespace} has no gangq.dev/tenant label: no tenant owns this job"
+        )
+    spec = parse_spec(job)
+    topology = spec.topology or TopologySpec()
+    mode = model.TopologyMode(topology.mode if topology.key else "None")
+    return model.PendingJob(
+        key=key,
+        uid=str((job.get("metadata") or {}).get("uid") or ""),
+        tenant=model.Tenant(tenant),
+        tier=spec.tier,
+        priority=spec.priority,
+        replicas=spec.replicas,
+        devices_per_replica=spec.devices_per_replica,
+        device_class=spec.device_class_name,
+        selectors=spec.selectors,
+        constraints=tuple(c.match_attribute for c in spec.constraints),
+        topology=model.Topology(key=topology.key, mode=mode),
+        pod=inventory.pod_requirements(spec.template, owner=f"TrainingJob {key} template"),
+        submitted_at=submitted_at(job),
+        max_runtime_s=None if spec.max_runtime_seconds is None else float(spec.max_runtime_seconds),
+    )

@@ -1,0 +1,179 @@
+"""A controller against the emulator over HTTP and a real PostgreSQL database per test."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gangq.queue import controller
+from gangq.queue.config import ControllerSettings, QuotaConfig, TenantConfig
+from gangq.queue.kube import cache, resources
+from gangq.queue.kube.client import Kube
+from gangq.queue.kubesim.cluster import Inventory
+from gangq.queue.kubesim.emulator import Emulator
+
+CRD = Path(__file__).resolve().parents[2] / "crds" / "trainingjob.yaml"
+SMALL = Inventory(nodes=2, gpus_per_node=8, racks=2)
+NAMESPACES = {"ml-train": "ml-train", "inference": "prod", "unlabelled": None}
+
+
+def settings(**overrides: Any) -> ControllerSettings:
+    quotas = {"prod": ("prod-inference",), "ml-train": ("training", "small")}
+    values: dict[str, Any] = {
+        "tenants": tuple(
+            TenantConfig(
+                name=name,
+                quotas=(
+                    QuotaConfig(
+                        device_class="gpu.nvidia.com",
+                        nominal=16,
+                        borrowing_limit=16,
+                        allowed_tiers=tiers,
+                    ),
+                ),
+            )
+            for name, tiers in quotas.items()
+        ),
+        "cycle_interval_s": 0.5,
+        "coalesce_s": 0.01,
+        "leader_retry_s": 0.2,
+        "restart_backoff_s": 0.0,
+    }
+    return ControllerSettings(**{**values, **overrides})
+
+
+def training_job(
+    name: str,
+    *,
+    namespace: str = "ml-train",
+    tier: str = "training",
+    replicas: int = 2,
+    devices: int = 8,
+    run_seconds: float | None = 0.3,
+    exit_code: int = 0,
+    **spec: Any,
+) -> dict[str, Any]:
+    annotations = {}
+    if run_seconds is not None:
+        annotations["sim.gangq.dev/run-seconds"] = str(run_seconds)
+        annotations["sim.gangq.dev/exit-code"] = str(exit_code)
+    return {
+        "apiVersion": "gangq.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "tier": tier,
+            "replicas": replicas,
+            "devicesPerReplica": devices,
+            "template": {
+                "metadata": {"annotations": annotations},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "registry.invalid/train:1",
+                            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                        }
+                    ]
+                },
+            },
+            **spec,
+        },
+    }
+
+
+@dataclass
+class Harness:
+    cluster: Emulator
+    api: client.ApiClient
+    kube: Kube
+    engine: AsyncEngine
+    settings: ControllerSettings
+    runs: dict[str, tuple[asyncio.Task[None], asyncio.Event, cache.ClusterCache]] = field(
+        default_factory=dict
+    )
+
+    def start(self, name: str = "a", **overrides: Any) -> cache.ClusterCache:
+        stop = asyncio.Event()
+        chosen = self.settings.model_copy(update={"holder": name, **overrides})
+        view = cache.ClusterCache(self.api, settings=chosen)
+        task = asyncio.create_task(
+            controller.run_controller(
+                settings=chosen, api_client=self.api, engine=self.engine, stop=stop, cluster=view
+            ),
+            name=f"controller-{name}",
+        )
+        self.runs[name] = (task, stop, view)
+        return view
+
+    async def stop(self, name: str = "a") -> None:
+        task, stop, _ = self.runs.pop(name)
+        stop.set()
+        await asyncio.wait_for(task, timeout=10)
+
+    async def kill(self, name: str = "a") -> None:
+        """Cancel the controller task wherever it is: a crash at an arbitrary await."""
+        task, _, _ = self.runs.pop(name)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    def objects(
+        self, resource: resources.Resource, namespace: str | None = None
+    ) -> list[dict[str, Any]]:
+        key = f"{resource.group}/{resource.plural}" if resource.group else f"/{resource.plural}"
+        return list(
+            self.cluster.registry.storage.items(key, namespace)
+            if namespace
+            else self.cluster.registry.storage.items(key)
+        )
+
+    def job(self, name: str, namespace: str = "ml-train") -> dict[str, Any] | None:
+        for obj in self.objects(resources.TRAINING_JOBS):
+            if obj["metadata"]["name"] == name and obj["metadata"]["namespace"] == namespace:
+                return obj
+        return None
+
+    def phase(self, name: str, namespace: str = "ml-train") -> str | None:
+        found = self.job(name, namespace)
+        return None if found is None else (found.get("status") or {}).get("phase")
+
+
+async def wait_for(predicate: Callable[[], Any], *, within_s: float = 15.0) -> Any:
+    """Poll in-process state until the predicate holds (bounded; no fixed sleeps in tests)."""
+    deadline = asyncio.get_running_loop().time() + within_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def harness(engine: AsyncEngine) -> AsyncIterator[Harness]:
+    async with (
+        Emulator(inventory=SMALL, crds=(CRD,)) as emulator,
+        client.ApiClient(emulator.configuration()) as api_client,
+    ):
+        kube = Kube(api_client)
+        for name, tenant in NAMESPACES.items():
+            labels = {"gangq.dev/tenant": tenant} if tenant else {}
+            await kube.create(
+                resources.NAMESPACES, "", {"metadata": {"name": name, "labels": labels}}
+            )
+        built = Harness(emulator, api_client, kube, engine, settings())
+        try:
+            yield built
+        finally:
+            for name in list(built.runs):
+                await built.kill(name)

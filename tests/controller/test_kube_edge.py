@@ -1,0 +1,168 @@
+"""The Kubernetes edge on its own: retries, watch caches that survive drops and 410 Gone,
+the TrainingJob converter and the settings file."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client
+
+from gangq.queue import config
+from gangq.queue.core.errors import InvalidInputError
+from gangq.queue.kube import cache, resources, retry, trainingjob
+from gangq.queue.kube.client import Kube, KubeError
+from gangq.queue.kubesim import kinds
+from gangq.queue.kubesim.emulator import Emulator
+from tests.controller.conftest import CRD, SMALL, settings, training_job, wait_for
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Emulator]:
+    async with Emulator(inventory=SMALL, crds=(CRD,), history_size=8) as emulator:
+        yield emulator
+
+
+@pytest.fixture
+async def kube(cluster: Emulator) -> AsyncIterator[Kube]:
+    async with client.ApiClient(cluster.configuration()) as api_client:
+        yield Kube(api_client)
+
+
+async def test_retry_rides_over_server_errors_and_gives_up_on_conflicts(
+    cluster: Emulator, kube: Kube
+) -> None:
+    cluster.faults.fail_next(2, code=500, verb="create", resource="configmaps")
+    body = {"metadata": {"name": "a"}, "data": {}}
+    path = "/api/v1/namespaces/default/configmaps"
+    created = await retry.retrying(lambda: kube.request("POST", path, body=body), what="create a")
+    assert created["metadata"]["name"] == "a" and cluster.faults.injected == 2
+    with pytest.raises(KubeError) as conflict:
+        await retry.retrying(lambda: kube.request("POST", path, body=body), what="create a again")
+    assert conflict.value.status == 409 and cluster.faults.injected == 2
+
+
+@pytest.mark.parametrize(
+    ("status", "retry_after", "attempt", "expected"),
+    [
+        (429, 1.0, 0, 1.0),
+        (500, None, 0, 0.1),
+        (500, None, 3, 0.8),
+        (0, None, 10, 5.0),
+        (503, 60.0, 0, 5.0),
+    ],
+    ids=["retry-after", "first-backoff", "doubling", "bounded", "retry-after-bounded"],
+)
+def test_retry_delays(
+    status: int, retry_after: float | None, attempt: int, expected: float
+) -> None:
+    error = KubeError(status, "x", retry_after_s=retry_after)
+    assert retry.is_retryable(error)
+    assert retry.delay_s(error, attempt) == pytest.approx(expected)
+
+
+def test_client_errors_are_not_retried() -> None:
+    assert not retry.is_retryable(KubeError(409, "conflict"))
+    assert not retry.is_retryable(KubeError(422, "invalid"))
+
+
+async def test_watch_cache_relists_after_410_and_rewatches_after_a_drop(
+    cluster: Emulator, kube: Kube
+) -> None:
+    changes = 0
+
+    def touched() -> None:
+        nonlocal changes
+        changes += 1
+
+    watched = cache.WatchCache(kube, resources.NAMESPACES, on_change=touched)
+    task = asyncio.create_task(watched.run())
+    try:
+        await asyncio.wait_for(watched.synced.wait(), timeout=5)
+        assert watched.relists == 1
+        cluster.drop_watches()
+        for index in range(20):
+            cluster.registry.create(kinds.NAMESPACES, "", {"metadata": {"name": f"ns-{index}"}})
+        await wait_for(lambda: "ns-19" in watched.objects and watched.relists == 2)
+        cluster.drop_watches()
+        await asyncio.sleep(0)
+        await kube.create(resources.NAMESPACES, "", {"metadata": {"name": "after-drop"}})
+        await wait_for(lambda: "after-drop" in watched.objects)
+        assert watched.relists in (2, 3)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_cluster_cache_gives_an_inventory_only_once_synced(cluster: Emulator) -> None:
+    async with client.ApiClient(cluster.configuration()) as api_client:
+        view = cache.ClusterCache(api_client, settings=settings())
+        assert view.inventory() is None
+        stop = asyncio.Event()
+        task = asyncio.create_task(view.run(stop))
+        await asyncio.wait_for(view.synced.wait(), timeout=5)
+        found = view.inventory()
+        stop.set()
+        await task
+    assert found is not None
+    assert len(found.devices) == 16 and set(found.nodes) == {"gpu-0", "gpu-1"}
+    assert found.topology_keys == ("gangq.dev/rack",)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"replicas": 0}, "spec.replicas: Input should be greater than or equal to 1"),
+        ({"devicesPerReplica": "many"}, "spec.devicesPerReplica: Input should be a valid integer"),
+        ({"topology": {"key": "rack", "mode": "Sometimes"}}, "spec.topology.mode: Input should be"),
+    ],
+    ids=["zero-replicas", "text-count", "unknown-topology-mode"],
+)
+def test_converter_names_the_field_that_is_wrong(spec: dict[str, object], message: str) -> None:
+    job = training_job("bad")
+    job["spec"].update(spec)
+    job["metadata"]["uid"] = "u1"
+    with pytest.raises(InvalidInputError, match=message.replace("(", r"\(")):
+        trainingjob.pending_job(job, tenant="ml-train")
+
+
+def test_converter_builds_the_queue_entry() -> None:
+    job = training_job("ok", replicas=4, topology={"key": "gangq.dev/rack", "mode": "Required"})
+    job["metadata"].update(uid="u1", creationTimestamp="2026-01-01T00:00:00Z")
+    pending = trainingjob.pending_job(job, tenant="ml-train")
+    assert (pending.key, pending.replicas, pending.tenant) == ("ml-train/ok", 4, "ml-train")
+    assert pending.topology.mode.value == "Required"
+    assert pending.pod.cpu_milli == 1000
+    assert pending.submitted_at == 1767225600.0
+    with pytest.raises(InvalidInputError, match=r"has no gangq\.dev/tenant label"):
+        trainingjob.pending_job(job, tenant=None)
+
+
+def test_settings_file_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "gangq.yaml"
+    path.write_text(
+        "managed_device_classes: [gpu.example.com]\n"
+        "topology_keys: [topology.kubernetes.io/zone]\n"
+        "tenants:\n"
+        "  - name: ml-train\n"
+        "    quotas:\n"
+        "      - {deviceClass: gpu.example.com, nominal: 8, borrowingLimit: 8,\n"
+        "         allowedTiers: [training]}\n"
+    )
+    monkeypatch.setenv("GANGQ_CYCLE_INTERVAL_S", "2.5")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://db/gangq")
+    loaded = config.load(path)
+    assert loaded.managed_device_classes == ("gpu.example.com",)
+    assert loaded.cycle_interval_s == 2.5 and loaded.database_url == "postgresql://db/gangq"
+    assert loaded.tenants[0].to_core()[0].borrowing_limit == 8
+    assert loaded.policy().topology_keys == ("topology.kubernetes.io/zone",)
+    path.write_text("tiers: [{name: gold}]\n")
+    with pytest.raises(InvalidInputError, match="rank"):
+        config.load(path)
+    monkeypatch.setenv("GANGQ_CYCLE_INTERVAL_S", "soon")
+    with pytest.raises(InvalidInputError, match="from the environment"):
+        config.load(path)

@@ -1,0 +1,296 @@
+"""The lifecycle rules as a table: what `assess` decides for a gang in a given state, and what
+`scale.plan` does with a job's queue entries. Pure functions, no cluster needed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gangq.queue.core import model
+from gangq.queue.core.device import DeviceId
+from gangq.queue.kube import lifecycle, objects, scale
+from gangq.queue.store import jobs
+
+ADMITTED = "2026-01-01T00:00:00+00:00"
+DEVICES = {r: tuple(DeviceId(f"gpu.nvidia.com/gpu-{r}/gpu-{i}") for i in range(2)) for r in (0, 1)}
+PLACEMENT = tuple(
+    model.ReplicaPlacement(replica=r, node=model.NodeName(f"gpu-{r}"), devices=DEVICES[r])
+    for r in (0, 1)
+)
+
+
+def _pod(
+    replica: int, *, gated: bool = False, phase: str = "Running", ready: bool = True
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"schedulingGates": [{"name": objects.GATE}]} if gated else {}
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    return {
+        "metadata": {"name": f"job-{replica}"},
+        "spec": spec,
+        "status": {"phase": phase, "conditions": conditions},
+    }
+
+
+def _claim(replica: int, devices: tuple[DeviceId, ...] | None = None) -> dict[str, Any]:
+    chosen = DEVICES[replica] if devices is None else devices
+    results = [dict(zip(("driver", "pool", "device"), d.split("/"), strict=True)) for d in chosen]
+    return {
+        "metadata": {"name": f"job-{replica}"},
+        "status": {"allocation": {"devices": {"results": results}}},
+    }
+
+
+def _gang(
+    *,
+    pods: dict[int, Any] | None = None,
+    claims: dict[int, Any] | None = None,
+    annotations: dict[str, str] | None = None,
+    running: bool = False,
+    evicting: bool = False,
+    deleted: bool = False,
+) -> lifecycle.Gang:
+    meta: dict[str, Any] = {
+        "name": "job",
+        "namespace": "ns",
+        "uid": "u",
+        "annotations": annotations or {},
+    }
+    if deleted:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:01Z"
+    return lifecycle.Gang(
+        key=model.JobKey("ns/job"),
+        uid="u",
+        job_uid="u",
+        name="job",
+        job={"metadata": meta},
+        placement=PLACEMENT,
+        admitted_at=ADMITTED,
+        is_running=running,
+        is_evicting=evicting,
+        pods=pods if pods is not None else {0: _pod(0), 1: _pod(1)},
+        claims=claims if claims is not None else {0: _claim(0), 1: _claim(1)},
+    )
+
+
+def _context(**changes: Any) -> lifecycle.Context:
+    values: dict[str, Any] = {
+        "now": 100.0,
+        "long_running": False,
+        "startup_timeout_s": 600.0,
+        "admitted_at_s": 0.0,
+        "restarts": 0,
+        "max_restarts": 3,
+    }
+    return lifecycle.Context(**{**values, **changes})
+
+
+ENDING = json.dumps(
+    {"admittedAt": ADMITTED, "ending": "succeeded", "reason": "done", "failure": ""}
+)
+CASES = [
+    ("nothing-yet-builds", _gang(pods={}, claims={}), _context(), lifecycle.Action.BUILD, None),
+    (
+        "gated-builds",
+        _gang(pods={0: _pod(0, gated=True), 1: _pod(1, gated=True)}),
+        _context(),
+        lifecycle.Action.BUILD,
+        None,
+    ),
+    (
+        "half-released-finishes-release",
+        _gang(pods={0: _pod(0), 1: _pod(1, gated=True)}),
+        _context(),
+        lifecycle.Action.BUILD,
+        None,
+    ),
+    ("all-ready-runs", _gang(), _context(), lifecycle.Action.MARK_RUNNING, None),
+    (
+        "not-ready-waits",
+        _gang(pods={0: _pod(0, ready=False), 1: _pod(1)}),
+        _context(),
+        lifecycle.Action.WAIT,
+        None,
+    ),
+    (
+        "startup-timeout-requeues",
+        _gang(pods={0: _pod(0, ready=False), 1: _pod(1)}),
+        _context(now=700.0),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.REQUEUE,
+    ),
+    (
+        "gated-timeout-requeues",
+        _gang(pods={}, claims={}),
+        _context(now=700.0),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.REQUEUE,
+    ),
+    (
+        "all-succeeded",
+        _gang(pods={0: _pod(0, phase="Succeeded"), 1: _pod(1, phase="Succeeded")}, running=True),
+        _context(),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.SUCCEEDED,
+    ),
+    (
+        "failed-pod-restarts-gang",
+        _gang(pods={0: _pod(0, phase="Failed"), 1: _pod(1)}, running=True),
+        _context(),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.REQUEUE,
+    ),
+    (
+        "failed-pod-out-of-restarts",
+        _gang(pods={0: _pod(0, phase="Failed"), 1: _pod(1)}, running=True),
+        _context(restarts=3),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.FAILED,
+    ),
+    (
+        "long-running-restarts-in-place",
+        _gang(pods={0: _pod(0, phase="Failed"), 1: _pod(1)}, running=True),
+        _context(long_running=True, restarts=9),
+        lifecycle.Action.RESTART_IN_PLACE,
+        None,
+    ),
+    (
+        "long-running-never-succeeds",
+        _gang(pods={0: _pod(0, phase="Succeeded"), 1: _pod(1, phase="Succeeded")}, running=True),
+        _context(long_running=True),
+        lifecycle.Action.RESTART_IN_PLACE,
+        None,
+    ),
+    (
+        "foreign-allocation",
+        _gang(claims={0: _claim(0, DEVICES[1]), 1: _claim(1)}),
+        _context(),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.REQUEUE,
+    ),
+    (
+        "cleared-after-release",
+        _gang(claims={0: {"metadata": {}, "status": {}}, 1: _claim(1)}),
+        _context(),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.REQUEUE,
+    ),
+    (
+        "cleared-before-release-rewritten",
+        _gang(pods={}, claims={0: {"metadata": {}, "status": {}}}),
+        _context(),
+        lifecycle.Action.BUILD,
+        None,
+    ),
+    (
+        "node-not-ready",
+        _gang(running=True),
+        _context(unready_nodes=frozenset({"gpu-1"})),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.REQUEUE,
+    ),
+    (
+        "device-no-execute",
+        _gang(running=True),
+        _context(evicting_devices=frozenset({DEVICES[0][1]})),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.REQUEUE,
+    ),
+    (
+        "evicting",
+        _gang(running=True, evicting=True),
+        _context(),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.PREEMPTED,
+    ),
+    (
+        "deleted",
+        _gang(deleted=True),
+        _context(),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.DELETED,
+    ),
+    (
+        "recorded-ending-wins",
+        _gang(pods={}, annotations={lifecycle.ENDING_ANNOTATION: ENDING}, evicting=True),
+        _context(),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.SUCCEEDED,
+    ),
+    (
+        "scaled-away",
+        _gang(running=True),
+        _context(is_scaled_away=True),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.SUCCEEDED,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("gang", "context", "action", "ending"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_assess(
+    gang: lifecycle.Gang,
+    context: lifecycle.Context,
+    action: lifecycle.Action,
+    ending: lifecycle.Ending | None,
+) -> None:
+    verdict = lifecycle.assess(gang, context)
+    assert (verdict.action, verdict.ending) == (action, ending)
+
+
+def _record(key: str, replicas: int, *, phase: str = "Running") -> jobs.JobRecord:
+    return jobs.JobRecord(
+        key=model.JobKey(key),
+        uid=key,
+        tenant=model.Tenant("t"),
+        tier="prod-inference",
+        priority=0,
+        replicas=replicas,
+        devices_per_replica=8,
+        device_class="gpu.nvidia.com",
+        phase=phase,
+        submitted_at=0.0,
+        admitted_at=None,
+        started_at=None,
+        finished_at=None,
+        position=None,
+        reason=None,
+        attempts=1,
+        preemptions=0,
+        restarts=0,
+        borrowed=0,
+        is_evicting=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("wanted", "extensions", "expected"),
+    [
+        (2, [], (0, 0, (), 0)),
+        (3, [], (2, 1, (), 0)),
+        (5, [("ns/j+2", 1)], (3, 2, (), 0)),
+        (2, [("ns/j+2", 1)], (0, 0, ("ns/j+2",), 0)),
+        (3, [("ns/j+2", 2)], (0, 0, ("ns/j+2",), 0)),
+        (1, [], (0, 0, (), 1)),
+        (1, [("ns/j+2", 1)], (0, 0, ("ns/j+2",), 0)),
+    ],
+    ids=[
+        "steady",
+        "up",
+        "up-again",
+        "down-drops-entry",
+        "partly-needed-entry-ends",
+        "below-base-shrinks",
+        "entries-end-before-shrink",
+    ],
+)
+def test_scale_plan(
+    wanted: int, extensions: list[tuple[str, int]], expected: tuple[int, int, tuple[str, ...], int]
+) -> None:
+    plan = scale.plan(
+        wanted, base=_record("ns/j", 2), extensions=[_record(k, n) for k, n in extensions]
+    )
+    assert (plan.first, plan.add, tuple(r.key for r in plan.drop), plan.shrink_to) == expected
