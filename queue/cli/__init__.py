@@ -15,7 +15,16 @@ from typing import Protocol
 from gangq.queue.core.errors import GangqError
 
 # Each module exposes `register(subparsers)`, which sets `handler` on the parsers it adds.
-COMMAND_MODULES: tuple[str, ...] = ("bench",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "bench",
+    "migrate",
+    "usage",
+    "cluster",
+    "rest",
+    "sim",
+    "demo",
+    "run",
+)
 
 
 class Handler(Protocol):
