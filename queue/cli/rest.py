@@ -129,6 +129,13 @@ def _age(stamp: str | None) -> float | None:
     return time.time() - datetime.fromisoformat(stamp).timestamp()
 
 
+def _eta(job: dict[str, Any]) -> str:
+    """The start a backfill reservation holds for the job, when it has one."""
+    if job["etaSeconds"] is None:
+        return "-"
+    return f"~{table.duration(job['etaSeconds'])} (reserved start {job['reservedStartAt']})"
+
+
 def show_jobs(args: argparse.Namespace) -> int:
     query = _query(
         tenant=args.tenant, tier=args.tier, phase=args.phase, limit=args.limit, offset=args.offset
@@ -145,11 +152,12 @@ def show_jobs(args: argparse.Namespace) -> int:
             "-" if j["queuePosition"] is None else str(j["queuePosition"]),
             f"{j['replicas']}x{j['devicesPerReplica']}",
             table.duration(_age(j["submittedAt"]) if j["phase"] == "Queued" else None),
+            table.duration(j["etaSeconds"]),
             (j["reason"] or {}).get("message", ""),
         )
         for j in page["items"]
     ]
-    headers = ("job", "tenant", "tier", "phase", "pos", "gang", "waiting", "reason")
+    headers = ("job", "tenant", "tier", "phase", "pos", "gang", "waiting", "eta", "reason")
     print(table.render(headers, rows))
     if page["total"] > len(rows):
         print(f"({len(rows)} of {page['total']} shown; use --limit and --offset)")
@@ -173,6 +181,7 @@ def show_job(args: argparse.Namespace) -> int:
         ("Gang", f"{job['replicas']} x {job['devicesPerReplica']} {job['deviceClassName']}"),
         ("Phase", job["phase"] + position),
         ("Reason", (job["reason"] or {}).get("message", "-")),
+        ("ETA", _eta(job)),
         ("Submitted", job["submittedAt"]),
         ("Admitted", job["admittedAt"] or "-"),
         ("Started", job["startedAt"] or "-"),

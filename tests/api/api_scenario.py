@@ -129,3 +129,24 @@ async def decide(
         )
     finally:
         await leadership.release()
+
+
+RUNTIME_S = 3600.0
+"""maxRuntimeSeconds of the scenario's jobs: a running gang frees its devices after it."""
+
+
+async def hold_a_reservation(
+    sessions: async_sessionmaker[AsyncSession], database_url: str, *, started: float
+) -> model.BackfillReservation:
+    """Start both admitted gangs and queue `team-b/b-wide` (2 x 4), which must wait for both."""
+    async with sessions() as session, session.begin():
+        for key in ("team-a/a-small", "team-b/b-one"):
+            await jobs.mark_running(session, key, at=started, actor="test")
+        await tenants.upsert_tenant(
+            session, "team-b", [quota("team-b", 16)], actor="test", now=started
+        )
+        wide = job("team-b/b-wide", "team-b", replicas=2, devices=4, at=started)
+        await jobs.enqueue(session, [wide], actor="test", now=started)
+    result = await decide(sessions, database_url, now=started + 1)
+    [reservation] = result.reservations
+    return reservation

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 
 import pytest
-from api_scenario import CLUSTER_ADMIN, QUOTA_ADMIN, VIEWER_A
+from api_scenario import CLUSTER_ADMIN, QUOTA_ADMIN, VIEWER_A, VIEWER_B, hold_a_reservation
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue import cli
 
@@ -30,7 +32,9 @@ async def test_jobs_table_for_a_viewer(server: str, capsys: pytest.CaptureFixtur
     code, out, _ = await gangq(capsys, "jobs", "--server", server, "--token", VIEWER_A)
     assert code == 0
     header, *rows = out.strip().splitlines()
-    assert header.split() == ["JOB", "TENANT", "TIER", "PHASE", "POS", "GANG", "WAITING", "REASON"]
+    assert header.split() == [
+        *("JOB", "TENANT", "TIER", "PHASE", "POS", "GANG", "WAITING", "ETA", "REASON")
+    ]
     assert [row.split()[:6] for row in rows] == [
         ["team-a/a-big", "team-a", "training", "Queued", "1", "2x4"],
         ["team-a/a-small", "team-a", "training", "Admitted", "-", "1x2"],
@@ -66,6 +70,29 @@ async def test_one_job_with_placement_and_history(
     assert lines(placement)[1][0] == "0"
     history = out.split("History:\n")[1]
     assert [row[1] for row in lines(history)[1:]] == ["enqueued", "admitted"]
+
+
+async def test_a_reserved_job_shows_its_eta(
+    server: str,
+    capsys: pytest.CaptureFixture[str],
+    session_factory: async_sessionmaker[AsyncSession],
+    database_url: str,
+) -> None:
+    await hold_a_reservation(session_factory, database_url, started=time.time())
+    code, out, _ = await gangq(capsys, "jobs", "--server", server, "--token", VIEWER_B)
+    assert code == 0
+    row = next(line.split() for line in out.splitlines() if line.startswith("team-b/b-wide"))
+    assert row[7] in ("59m", "1h00m")
+    code, out, _ = await gangq(
+        capsys, "job", "team-b/b-wide", "--server", server, "--token", VIEWER_B
+    )
+    assert code == 0
+    eta = next(line for line in out.splitlines() if line.startswith("ETA:"))
+    assert eta.split()[1] in ("~59m", "~1h00m") and "reserved start" in eta
+    code, out, _ = await gangq(
+        capsys, "job", "team-a/a-big", "--server", server, "--token", VIEWER_A
+    )
+    assert "ETA:       -" in out
 
 
 async def test_errors_say_what_to_do(server: str, capsys: pytest.CaptureFixture[str]) -> None:

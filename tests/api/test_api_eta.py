@@ -6,30 +6,23 @@ import time
 from datetime import datetime
 
 import httpx
-from api_scenario import CLUSTER_ADMIN, VIEWER_A, VIEWER_B, bearer, decide, job, quota
+from api_scenario import (
+    CLUSTER_ADMIN,
+    RUNTIME_S,
+    VIEWER_A,
+    VIEWER_B,
+    bearer,
+    hold_a_reservation,
+)
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
-from gangq.queue.store import jobs, tenants
-
-RUNTIME_S = 3600.0
-"""maxRuntimeSeconds of the scenario's jobs: a running gang frees its devices after it."""
 
 
 async def test_a_reserved_job_shows_its_reserved_start_and_eta(
     api: httpx.AsyncClient, session_factory: async_sessionmaker[AsyncSession], database_url: str
 ) -> None:
     started = time.time()
-    async with session_factory() as session, session.begin():
-        for key in ("team-a/a-small", "team-b/b-one"):
-            await jobs.mark_running(session, key, at=started, actor="test")
-        await tenants.upsert_tenant(
-            session, "team-b", [quota("team-b", 16)], actor="test", now=started
-        )
-        wide = job("team-b/b-wide", "team-b", replicas=2, devices=4, at=started)
-        await jobs.enqueue(session, [wide], actor="test", now=started)
-    result = await decide(session_factory, database_url, now=started + 1)
     # Both schedulable nodes hold a running gang until its runtime bound: 2 x 4 waits for both.
-    [reservation] = result.reservations
+    reservation = await hold_a_reservation(session_factory, database_url, started=started)
     assert reservation.job == "team-b/b-wide"
     assert abs(reservation.start_at - (started + RUNTIME_S)) < 1e-3
 
