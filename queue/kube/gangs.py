@@ -24,7 +24,7 @@ from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import cache, lifecycle, objects, resources, scale, trainingjob
 from gangq.queue.kube.actuator import Actuator
 from gangq.queue.kube.client import KubeError
-from gangq.queue.store import jobs, reservations, snapshot, timestamps
+from gangq.queue.store import jobs, leader, reservations, snapshot, timestamps
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +65,7 @@ class Gangs:
         *,
         settings: ControllerSettings,
         sessions: async_sessionmaker[AsyncSession],
+        writes: leader.Fenced,
         clock: Callable[[], float],
         metrics: api_metrics.Metrics,
         actuator: Actuator,
@@ -72,6 +73,7 @@ class Gangs:
         self.view = view
         self.settings = settings
         self.sessions = sessions
+        self.writes = writes
         self.clock = clock
         self.metrics = metrics
         self.actuator = actuator
@@ -190,7 +192,7 @@ class Gangs:
         )
         if not done or not leaving:
             return
-        async with self.sessions() as session, session.begin():
+        async with self.writes.transaction() as session:
             freed = await jobs.shrink(
                 session, gang.key, replicas=keep, at=self.clock(), actor=self.settings.actor
             )
@@ -228,7 +230,7 @@ class Gangs:
                     warning=False,
                 )
         elif verdict.action is lifecycle.Action.MARK_RUNNING:
-            async with self.sessions() as session, session.begin():
+            async with self.writes.transaction() as session:
                 await jobs.mark_running(
                     session, gang.key, at=self.clock(), actor=self.settings.actor
                 )
@@ -262,7 +264,7 @@ class Gangs:
         """Teardown is complete: only now does the store release the devices (rule 1)."""
         gang, ending, now = held.gang, verdict.ending, self.clock()
         actor = self.settings.actor
-        async with self.sessions() as session, session.begin():
+        async with self.writes.transaction() as session:
             if ending in (lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED):
                 backoff = 0.0
                 if ending is lifecycle.Ending.REQUEUE:

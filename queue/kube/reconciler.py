@@ -27,7 +27,7 @@ from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import cache, gangs, objects, resources, scale, status, trainingjob
 from gangq.queue.kube.actuator import Actuator
 from gangq.queue.kube.client import KubeError
-from gangq.queue.store import admission, jobs, tenants
+from gangq.queue.store import admission, jobs, leader, tenants
 from gangq.queue.store.errors import ConflictError, NotLeaderError, StoreError
 
 logger = logging.getLogger(__name__)
@@ -49,6 +49,8 @@ class Reconciler:
         self.view = view
         self.settings = settings
         self.sessions = sessions
+        self.writes = leader.Fenced(sessions)
+        """Every store write of a step goes through here: fenced by the step's epoch."""
         self.clock = clock
         self.metrics = metrics
         self.actuator = Actuator(view.kube, settings=settings, clock=clock)
@@ -56,6 +58,7 @@ class Reconciler:
             view,
             settings=settings,
             sessions=sessions,
+            writes=self.writes,
             clock=clock,
             metrics=metrics,
             actuator=self.actuator,
@@ -78,6 +81,7 @@ class Reconciler:
         Nothing here raises on bad input or a lost database: the step is logged and retried
         on the next wake-up, from whatever the store and the caches say then.
         """
+        self.writes.epoch = epoch
         try:
             inventory = self.view.inventory()
             if inventory is None:
@@ -113,7 +117,7 @@ class Reconciler:
     async def _write_tenants(self) -> None:
         if not self.settings.tenants:
             return
-        async with self.sessions() as session, session.begin():
+        async with self.writes.transaction() as session:
             for tenant in self.settings.tenants:
                 await tenants.upsert_tenant(
                     session,
@@ -124,7 +128,12 @@ class Reconciler:
                 )
 
     async def _enqueue_new(self) -> None:
-        """Queue every TrainingJob not seen yet; enqueue is idempotent by uid (replays are free)."""
+        """Queue every TrainingJob not seen yet; enqueue is idempotent by uid (replays are free).
+
+        All new jobs of a pass go in one transaction (a burst queues at batch speed); only when
+        the batch is refused (a name still held by a live job, a spec the store rejects) are
+        they queued one by one, so one bad job never holds back the others.
+        """
         fresh: list[tuple[dict[str, Any], model.PendingJob]] = []
         for job in self.view.objects(resources.TRAINING_JOBS).values():
             meta = job.get("metadata") or {}
@@ -139,22 +148,29 @@ class Reconciler:
                 self.problems[uid] = str(error)
                 continue
             fresh.append((job, pending))
-        for job, pending in fresh:
-            if not await self.actuator.set_job_finalizer(job, present=True):
-                continue
-            try:
-                async with self.sessions() as session, session.begin():
-                    await jobs.enqueue(
-                        session, [pending], actor=self.settings.actor, now=self.clock()
+        marked = await asyncio.gather(
+            *(self.actuator.set_job_finalizer(job, present=True) for job, _ in fresh)
+        )
+        ready = [pending for (_, pending), ok in zip(fresh, marked, strict=True) if ok]
+        if not ready:
+            return
+        try:
+            await self._enqueue(ready)
+        except InvalidInputError:
+            for pending in ready:
+                try:
+                    await self._enqueue([pending])
+                except ConflictError as error:
+                    self.problems[pending.uid] = (
+                        f"waiting for the previous job {pending.key} to end: {error}"
                     )
-            except ConflictError as error:
-                self.problems[pending.uid] = (
-                    f"waiting for the previous job {pending.key} to end: {error}"
-                )
-                continue
-            except InvalidInputError as error:
-                self.problems[pending.uid] = str(error)
-                continue
+                except InvalidInputError as error:
+                    self.problems[pending.uid] = str(error)
+
+    async def _enqueue(self, batch: list[model.PendingJob]) -> None:
+        async with self.writes.transaction() as session:
+            await jobs.enqueue(session, batch, actor=self.settings.actor, now=self.clock())
+        for pending in batch:
             self.problems.pop(pending.uid, None)
             self.known.add(pending.uid)
 
@@ -246,7 +262,7 @@ class Reconciler:
         """End queue entries that hold no devices; False when the store refused one."""
         for record in live:
             try:
-                async with self.sessions() as session, session.begin():
+                async with self.writes.transaction() as session:
                     await jobs.finish(
                         session,
                         record.key,
@@ -295,7 +311,7 @@ class Reconciler:
         pending = trainingjob.pending_job(job, tenant=self.view.tenant_of(namespace))
         entry = scale.extension(pending, first=first, add=add, now=self.clock())
         try:
-            async with self.sessions() as session, session.begin():
+            async with self.writes.transaction() as session:
                 await jobs.enqueue(session, [entry], actor=self.settings.actor, now=self.clock())
         except ConflictError as error:
             logger.info("scale-up of %s already queued: %s", pending.key, error)

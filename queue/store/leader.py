@@ -2,19 +2,23 @@
 
 The leader holds a session-level advisory lock on a dedicated connection. On taking the lock it
 raises the epoch in the one-row `leadership` table; every admission transaction re-reads that
-row `FOR SHARE` and aborts unless the epoch is still its own. A new leader's epoch update
-waits for an old cycle in flight, so after a takeover nothing the old leader decided commits.
+row `FOR SHARE` and aborts unless the epoch is still its own, and so does every other write
+the leader makes (lifecycle steps, releases, enqueues) through `Fenced.transaction`. A new
+leader's epoch update waits for an old transaction in flight, so after a takeover nothing the
+old leader decided commits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+from collections.abc import AsyncIterator
 
 import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.store import database
 from gangq.queue.store.errors import NotLeaderError
@@ -100,3 +104,24 @@ async def fence(session: AsyncSession, epoch: int) -> None:
         raise NotLeaderError(
             f"leadership moved on (epoch {current}, this process had {epoch}): cycle not committed"
         )
+
+
+class Fenced:
+    """The one way the leader writes: each transaction commits only while `epoch` still leads.
+
+    The epoch is set by the leader loop each turn; until it is, or after `epoch` went stale,
+    a transaction raises `NotLeaderError` and commits nothing.
+    """
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self.sessions = sessions
+        self.epoch: int | None = None
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncSession]:
+        epoch = self.epoch
+        if epoch is None:
+            raise NotLeaderError("this process does not lead: write not attempted")
+        async with self.sessions() as session, session.begin():
+            await fence(session, epoch)
+            yield session

@@ -8,10 +8,10 @@ import asyncpg
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gangq.queue.store import database, leader
+from gangq.queue.store import database, jobs, leader
 from gangq.queue.store.errors import NotLeaderError
 
-from .samples import until_blocked
+from .samples import T0, hold, job, placement, until_blocked
 
 
 async def _terminate(url: str, pid: int) -> None:
@@ -103,3 +103,54 @@ async def test_a_takeover_waits_for_the_cycle_in_flight(
         assert new.epoch == 2
     finally:
         await new.release()
+
+
+async def test_a_deposed_leaders_lifecycle_writes_commit_nothing(
+    database_url: str, session_factory: async_sessionmaker[AsyncSession]
+) -> None:
+    async with session_factory() as session, session.begin():
+        await jobs.enqueue(session, [job("a/one")], actor="test", now=T0)
+        await hold(session, "a/one", placement("node-1", 3), at=T0 + 10)
+    old, new = (
+        leader.Leadership(database_url, holder="old"),
+        leader.Leadership(database_url, holder="new"),
+    )
+    deposed = leader.Fenced(session_factory)
+    try:
+        assert await old.try_acquire()
+        deposed.epoch = old.epoch
+        async with deposed.transaction() as session:
+            await jobs.mark_running(session, "a/one", at=T0 + 20, actor="old")
+        await old.release()
+        assert await new.try_acquire()
+        writes = (
+            lambda s: jobs.finish(s, "a/one", succeeded=True, at=T0 + 30, actor="old", reason="x"),
+            lambda s: jobs.requeue(s, "a/one", at=T0 + 30, actor="old", reason="x"),
+            lambda s: jobs.suspend(s, "a/one", at=T0 + 30, actor="old", reason="x"),
+            lambda s: jobs.shrink(s, "a/one", replicas=1, at=T0 + 30, actor="old"),
+            lambda s: jobs.enqueue(s, [job("a/two")], actor="old", now=T0 + 30),
+        )
+        for write in writes:
+            with pytest.raises(NotLeaderError):
+                async with deposed.transaction() as session:
+                    await write(session)
+    finally:
+        await old.release()
+        await new.release()
+    async with session_factory() as session:
+        detail = await jobs.get_job(session, "a/one")
+        listed = await jobs.list_jobs(session)
+    assert detail is not None
+    assert (detail.job.phase, detail.placement) == ("Running", (placement("node-1", 3),))
+    assert [e.actor for e in detail.history] == ["test", "old"]
+    assert [r.key for r in listed.items] == ["a/one"]
+
+
+async def test_a_process_that_never_led_cannot_write(
+    session_factory: async_sessionmaker[AsyncSession],
+) -> None:
+    with pytest.raises(NotLeaderError, match="does not lead"):
+        async with leader.Fenced(session_factory).transaction() as session:
+            await jobs.enqueue(session, [job("a/one")], actor="follower", now=T0)
+    async with session_factory() as session:
+        assert (await jobs.list_jobs(session)).total == 0
