@@ -7,8 +7,9 @@ Owns that search and the `Hold` that keeps later-ordered jobs off what the reser
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gangq.queue.core import placement
@@ -49,14 +50,36 @@ def end_of(job: RunningJob, *, tiers: Mapping[str, Tier], now: float) -> float:
     return ends
 
 
-def releases(
-    gangs: Iterable[RunningJob], *, tiers: Mapping[str, Tier], now: float
-) -> list[tuple[float, RunningJob]]:
-    """Gangs that will free their devices, earliest first (ties by uid for determinism)."""
-    timed = [(end_of(job, tiers=tiers, now=now), job) for job in gangs]
-    finite = [(end, job) for end, job in timed if end != math.inf]
-    finite.sort(key=lambda item: (item[0], item[1].uid))
-    return finite
+class Releases:
+    """Gangs that will free their devices, earliest first (ties by uid for determinism),
+    sorted only as far as read: every reservation of a cycle reads from the start, but all
+    of them together read a few hundred of the thousands of running gangs."""
+
+    def __init__(
+        self, gangs: Iterable[RunningJob], *, tiers: Mapping[str, Tier], now: float
+    ) -> None:
+        self._unread = [
+            (end, job.uid, index, job)
+            for index, job in enumerate(gangs)
+            if (end := end_of(job, tiers=tiers, now=now)) != math.inf
+        ]
+        """Not yet read: a heap by end, uid, then input order (as a stable sort would give)."""
+        heapq.heapify(self._unread)
+        self._read: list[tuple[float, RunningJob]] = []
+
+    def __iter__(self) -> Iterator[tuple[float, RunningJob]]:
+        index = 0
+        while index < len(self._read) or self._unread:
+            if index == len(self._read):
+                end, _, _, job = heapq.heappop(self._unread)
+                self._read.append((end, job))
+            yield self._read[index]
+            index += 1
+
+
+def release_order(release: tuple[float, RunningJob]) -> tuple[float, str]:
+    """Sort key of a release: its end, then the gang's uid (one order for equal ends)."""
+    return (release[0], release[1].uid)
 
 
 class _Timeline:

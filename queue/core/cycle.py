@@ -12,6 +12,7 @@ back from the reclaimer in the next cycle, and reclaims would repeat forever.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 
@@ -45,9 +46,10 @@ def run_cycle(
     for job in snapshot.pending:
         positive = job.replicas > 0 and job.devices_per_replica > 0
         kind = (job.tier, job.device_class, job.selectors, job.topology, positive)
-        if kind not in checked:
-            checked[kind] = _validate(job, state=state, matcher=matcher)
-        problem = checked[kind]
+        try:
+            problem = checked[kind]
+        except KeyError:
+            problem = checked[kind] = _validate(job, state=state, matcher=matcher)
         if problem is None:
             valid.append(job)
         else:
@@ -163,11 +165,11 @@ def _decide(job: PendingJob, *, state: CycleState) -> None:
     if verdict is not None:
         state.pending[job.key] = verdict
         return
-    excluded, held_room = _fenced(mask, fence, device_class=job.device_class, state=state)
     outcome = _place(shape, mask, fence, state=state)
     if isinstance(outcome, list):
         _admit(job, outcome, state=state)
         return
+    excluded, held_room = _fenced(mask, fence, device_class=job.device_class, state=state)
     if fence is not None and isinstance(_place(shape, mask, None, state=state), list):
         state.pending[job.key] = state.verdicts[verdict_key] = _owed_reason(job, state=state)
         return
@@ -271,22 +273,24 @@ def _admit(job: PendingJob, choice: placement.Choice, *, state: CycleState) -> N
         state.pool.take(replica.node, replica.devices, job.pod)
         state.touched_nodes.add(replica.node)
     state.admissions.append(Admission(job=job.key, placement=result, borrowed=borrowed))
-    state.admitted.append(
-        RunningJob(
-            key=job.key,
-            uid=job.uid,
-            tenant=job.tenant,
-            tier=job.tier,
-            priority=job.priority,
-            device_class=job.device_class,
-            placement=result,
-            started_at=state.now,
-            max_runtime_s=job.max_runtime_s,
-            borrowed=borrowed,
-            pod=job.pod,
-            submitted_at=job.submitted_at,
-        )
+    end = _job_end(job, state=state)
+    if end == math.inf:
+        return
+    gang = RunningJob(
+        key=job.key,
+        uid=job.uid,
+        tenant=job.tenant,
+        tier=job.tier,
+        priority=job.priority,
+        device_class=job.device_class,
+        placement=result,
+        started_at=state.now,
+        max_runtime_s=job.max_runtime_s,
+        borrowed=borrowed,
+        pod=job.pod,
+        submitted_at=job.submitted_at,
     )
+    bisect.insort(state.admitted_releases, (end, gang), key=backfill.release_order)
 
 
 def _capacity_reason(job: PendingJob, outcome: Outcome) -> explain.PendingReason:
@@ -320,11 +324,10 @@ def _reserve(
         # a gang no single domain can ever hold would sweep every release in vain
         state.unreservable.add(shape)
         return None
-    admitted = backfill.releases(state.admitted, tiers=state.tiers, now=state.now)
     releases = (
         (end, gang)
         for end, gang in heapq.merge(
-            state.running_releases(), admitted, key=lambda item: (item[0], item[1].uid)
+            state.running_releases(), state.admitted_releases, key=backfill.release_order
         )
         if gang.key not in state.claimed
     )

@@ -58,11 +58,13 @@ def in_queue_order(
         heap = [(head_key(queue[-1], shares=shares), tenant) for tenant, queue in queues.items()]
         heapq.heapify(heap)
         while heap:
-            _, tenant = heapq.heappop(heap)
+            _, tenant = heap[0]
             queue = queues[tenant]
             yield queue.pop()
             if queue:
-                heapq.heappush(heap, (head_key(queue[-1], shares=shares), tenant))
+                heapq.heapreplace(heap, (head_key(queue[-1], shares=shares), tenant))
+            else:
+                heapq.heappop(heap)
 
 
 def victim_order_key(

@@ -35,7 +35,7 @@ class FreeView:
     """Free devices that match one selector key, per node, with nodes bucketed by free count
     and free devices counted per topology domain."""
 
-    __slots__ = ("buckets", "by_node", "domain_free", "domain_of")
+    __slots__ = ("buckets", "by_node", "domain_free", "domain_of", "total")
 
     def __init__(
         self, by_node: dict[NodeName, list[Device]], *, domain_of: dict[NodeName, str]
@@ -45,7 +45,10 @@ class FreeView:
         size = max((len(devices) for devices in by_node.values()), default=0) + 1
         self.buckets: list[dict[NodeName, None]] = [{} for _ in range(size)]
         self.domain_free: dict[str, int] = {}
+        self.total = 0
+        """Free matching devices in all: borrowers compare it with what others are owed."""
         for node, devices in by_node.items():
+            self.total += len(devices)
             self.buckets[len(devices)][node] = None
             domain = domain_of.get(node, "")
             self.domain_free[domain] = self.domain_free.get(domain, 0) + len(devices)
@@ -76,7 +79,9 @@ class FreeView:
             return
         del self.buckets[len(devices)][node]
         domain = self.domain_of.get(node, "")
-        self.domain_free[domain] -= len(devices) - len(kept)
+        gone = len(devices) - len(kept)
+        self.domain_free[domain] -= gone
+        self.total -= gone
         if kept:
             self.by_node[node] = kept
             self.buckets[len(kept)][node] = None
@@ -108,9 +113,9 @@ class Pool:
         """`id()` of each free device -> its DeviceId, to skip rebuilding the id string."""
         for device_id, device in inventory.devices.items():
             if (
-                device.node is None
+                device_id in held
+                or device.node is None
                 or device.node not in inventory.nodes
-                or device_id in held
                 or device_id in inventory.held_by_others
                 or device.is_tainted
             ):
@@ -245,7 +250,7 @@ class Pool:
 
     def free_count(self, device_class: str) -> int:
         """Free devices the device class matches, whatever the job selectors."""
-        return sum(self.view((device_class, ())).domain_free.values())
+        return self.view((device_class, ())).total
 
     def is_accepted(self, node: NodeName, pod: PodRequirements) -> bool:
         """Labels, taints and state allow the pod on the node (cached: static in a cycle)."""

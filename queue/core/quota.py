@@ -25,6 +25,8 @@ class QuotaBook:
         running: Iterable[RunningJob],
     ) -> None:
         self._quotas = {(q.tenant, q.device_class): q for q in quotas}
+        self._nominal = {key: q.nominal for key, q in self._quotas.items()}
+        """Nominal per (tenant, class), read for every job the cycle orders and decides."""
         self._guaranteed: dict[str, int] = {}
         for quota in self._quotas.values():
             self._guaranteed[quota.device_class] = (
@@ -38,7 +40,8 @@ class QuotaBook:
         for job in running:
             key = (job.tenant, job.device_class)
             self.used[key] = self.used.get(key, 0) + job.device_count
-            self._classes.setdefault(job.tenant, set()).add(job.device_class)
+        for tenant, device_class in self.used:
+            self._classes.setdefault(tenant, set()).add(device_class)
 
     def quota(self, tenant: Tenant, device_class: str) -> TenantQuota:
         found = self._quotas.get((tenant, device_class))
@@ -49,12 +52,13 @@ class QuotaBook:
 
     def refusal(self, job: PendingJob) -> explain.PendingReason | None:
         """Why the tenant may not take the job's devices now, or None when it may (rule 3)."""
+        key = (job.tenant, job.device_class)
         quota = self.quota(job.tenant, job.device_class)
         if quota.allowed_tiers and job.tier not in quota.allowed_tiers:
             return explain.tier_not_allowed(
                 tenant=job.tenant, tier=job.tier, allowed=quota.allowed_tiers
             )
-        used = self.in_use(job.tenant, job.device_class)
+        used = self.used.get(key, 0)
         if used + job.device_count > quota.nominal + quota.borrowing_limit:
             return explain.quota_exceeded(
                 tenant=job.tenant,
@@ -68,12 +72,14 @@ class QuotaBook:
 
     def is_within_nominal(self, tenant: Tenant, device_class: str, count: int) -> bool:
         """The tenant would stay within its nominal quota after taking `count` more devices."""
-        return self.in_use(tenant, device_class) + count <= self.quota(tenant, device_class).nominal
+        key = (tenant, device_class)
+        return self.used.get(key, 0) + count <= self._nominal.get(key, 0)
 
     def borrowed(self, tenant: Tenant, device_class: str, count: int) -> int:
         """How many of `count` more devices would be above nominal (borrowed, reclaimable)."""
-        nominal = self.quota(tenant, device_class).nominal
-        used = self.in_use(tenant, device_class)
+        key = (tenant, device_class)
+        nominal = self._nominal.get(key, 0)
+        used = self.used.get(key, 0)
         return max(0, used + count - nominal) - max(0, used - nominal)
 
     def charge(self, tenant: Tenant, device_class: str, count: int) -> None:

@@ -45,7 +45,9 @@ class CycleState:
     budget: preemption.SearchBudget
     owed: OwedDemand
     admissions: list[Admission] = field(default_factory=list)
-    admitted: list[RunningJob] = field(default_factory=list)
+    admitted_releases: list[tuple[float, RunningJob]] = field(default_factory=list)
+    """Gangs admitted this cycle that end, in `backfill.release_order`, kept sorted as they
+    come: every reservation reads them, and sorting them afresh each time cost more."""
     preemptions: list[Preemption] = field(default_factory=list)
     pending: dict[JobKey, explain.PendingReason] = field(default_factory=dict)
     order: list[JobKey] = field(default_factory=list)
@@ -74,7 +76,7 @@ class CycleState:
     verdicts: dict[tuple[placement.Shape, Mask, str, str], explain.PendingReason] = field(
         default_factory=dict
     )
-    _running_releases: list[tuple[float, RunningJob]] | None = None
+    _running_releases: backfill.Releases | None = None
     unpreemptable: set[tuple[placement.Shape, int, str]] = field(default_factory=set)
     unreservable: set[placement.Shape] = field(default_factory=set)
     _victims_by_class: dict[str, list[RunningJob]] | None = None
@@ -182,10 +184,10 @@ class CycleState:
                     self._evicting.setdefault(gang.device_class, []).append(gang)
         return self._evicting.get(device_class, [])
 
-    def running_releases(self) -> list[tuple[float, RunningJob]]:
-        """Snapshot gangs by the time they free their devices (sorted once)."""
+    def running_releases(self) -> backfill.Releases:
+        """Snapshot gangs by the time they free their devices (built once, sorted lazily)."""
         if self._running_releases is None:
-            self._running_releases = backfill.releases(
+            self._running_releases = backfill.Releases(
                 self.snapshot.running, tiers=self.tiers, now=self.now
             )
         return self._running_releases
