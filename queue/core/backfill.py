@@ -58,12 +58,15 @@ class Releases:
     def __init__(
         self, gangs: Iterable[RunningJob], *, tiers: Mapping[str, Tier], now: float
     ) -> None:
+        self._gangs = tuple(gangs)
         self._unread = [
-            (end, job.uid, index, job)
-            for index, job in enumerate(gangs)
+            (end, job.uid, index)
+            for index, job in enumerate(self._gangs)
             if (end := end_of(job, tiers=tiers, now=now)) != math.inf
         ]
-        """Not yet read: a heap by end, uid, then input order (as a stable sort would give)."""
+        """Not yet read: a heap by end, uid, then input order (as a stable sort would give).
+        Entries name the gang by index: tuples of plain values leave the cyclic collector's
+        view, and thousands of them live through the cycle."""
         heapq.heapify(self._unread)
         self._read: list[tuple[float, RunningJob]] = []
 
@@ -71,8 +74,8 @@ class Releases:
         index = 0
         while index < len(self._read) or self._unread:
             if index == len(self._read):
-                end, _, _, job = heapq.heappop(self._unread)
-                self._read.append((end, job))
+                end, _, position = heapq.heappop(self._unread)
+                self._read.append((end, self._gangs[position]))
             yield self._read[index]
             index += 1
 

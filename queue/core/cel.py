@@ -100,9 +100,11 @@ class DeviceMatcher:
     _programs: dict[str, cel.Program] = field(default_factory=dict)
     _variables: dict[DeviceId, tuple[Device, dict[str, Any]]] = field(default_factory=dict)
     _results: dict[tuple[str, DeviceId], tuple[Device, bool]] = field(default_factory=dict)
-    _combined: dict[tuple[tuple[str, ...], DeviceId], tuple[Device, bool]] = field(
+    _combined: dict[tuple[str, ...], dict[DeviceId, tuple[Device, bool]]] = field(
         default_factory=dict
     )
+    """All-selector answers per selector tuple, then per device: the inner lookup by id
+    alone spares a key tuple per device."""
     runtime_errors: dict[str, str] = field(default_factory=dict)
     """First runtime error per expression, so a pending reason can say why nothing matched."""
 
@@ -145,16 +147,22 @@ class DeviceMatcher:
         planner asks it for every free device each cycle, so one lookup beats several.
         `device_id` spares building `device.id` when the caller has it already."""
         selectors = tuple(expressions)
-        key = (selectors, device_id or device.id)
-        cached = self._combined.get(key)
+        answers = self._combined.get(selectors)
+        if answers is None:
+            answers = self._combined[selectors] = {}
+        key = device_id or device.id
+        cached = answers.get(key)
         if cached is not None and (cached[0] is device or cached[0] == device):
             return cached[1]
         result = all(self.matches(expression, device) for expression in selectors)
-        self._combined[key] = (device, result)
+        answers[key] = (device, result)
         return result
 
     def forget(self, keep: Mapping[DeviceId, Device]) -> None:
         """Drop cached results of devices no longer published, so memory follows the inventory."""
         self._variables = {k: v for k, v in self._variables.items() if k in keep}
         self._results = {k: v for k, v in self._results.items() if k[1] in keep}
-        self._combined = {k: v for k, v in self._combined.items() if k[1] in keep}
+        self._combined = {
+            selectors: {k: v for k, v in answers.items() if k in keep}
+            for selectors, answers in self._combined.items()
+        }

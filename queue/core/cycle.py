@@ -45,7 +45,8 @@ def run_cycle(
     checked: dict[tuple[object, ...], explain.PendingReason | None] = {}
     for job in snapshot.pending:
         positive = job.replicas > 0 and job.devices_per_replica > 0
-        kind = (job.tier, job.device_class, job.selectors, job.topology, positive)
+        keyless = not job.topology.key
+        kind = (job.tier, job.device_class, job.selectors, job.topology.mode, keyless, positive)
         try:
             problem = checked[kind]
         except KeyError:
@@ -77,7 +78,8 @@ def _validate(
     job: PendingJob, *, state: CycleState, matcher: DeviceMatcher
 ) -> explain.PendingReason | None:
     """Input a person must fix: the job cannot run however long it waits. The answer depends
-    only on tier, device class, selectors, topology and the counts being positive."""
+    only on tier, device class, selectors, topology mode, whether a topology key is set and
+    the counts being positive."""
     if job.tier not in state.tiers:
         known = ", ".join(state.tiers)
         return explain.invalid(f"unknown tier {job.tier!r} (known: {known})")

@@ -9,7 +9,7 @@ from the snapshot each cycle; it decides nothing, it only answers and records.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from gangq.queue.core import fit
 from gangq.queue.core.cel import DeviceMatcher
@@ -137,14 +137,13 @@ class Pool:
         for job in running:
             for replica in job.placement:
                 self._charge(replica.node, job.pod, sign=1)
-        self._accepted: dict[tuple[PodRequirements, NodeName], bool] = {}
+        self._accepted: dict[PodRequirements, dict[NodeName, bool]] = {}
         self._views: dict[SelectorKey, FreeView] = {}
         self.domain_of: dict[NodeName, str] = {
             name: node.labels.get(domain_key, "") if domain_key else ""
             for name, node in inventory.nodes.items()
         }
-        self._expressions: dict[SelectorKey, tuple[str, ...]] = {}
-        self._unknown: set[SelectorKey] = set()
+        self._expressions: dict[SelectorKey, tuple[str, ...] | None] = {}
         self._capable: dict[tuple[SelectorKey, int], frozenset[NodeName]] = {}
         self._matching_per_node: dict[SelectorKey, dict[NodeName, int]] = {}
         self._answers: dict[SelectorKey, dict[DeviceId, bool]] = {}
@@ -159,44 +158,50 @@ class Pool:
 
     def is_matching(self, key: SelectorKey, device: Device) -> bool:
         """Device class selectors and job selectors all accept the device."""
-        return self._is_matching(key, device, device_id=device.id)
+        return self._matching_of(key)(device, device.id)
 
-    def _is_matching(self, key: SelectorKey, device: Device, *, device_id: DeviceId) -> bool:
-        """One answer per (selector key, device) per cycle, looked up by id: cheaper than
-        asking the matcher again, which must check that the device did not change."""
+    def _matching_of(self, key: SelectorKey) -> Callable[[Device, DeviceId], bool]:
+        """The test of one selector key, with one answer per device per cycle, looked up by id:
+        cheaper than asking the matcher again, which must check that the device did not
+        change. Resolved once per key, so a loop over many devices hashes no key tuples."""
         answers = self._answers.get(key)
         if answers is None:
             answers = self._answers[key] = {}
-        answer = answers.get(device_id)
-        if answer is None:
-            answer = answers[device_id] = self._evaluate(key, device, device_id=device_id)
-        return answer
+        expressions = self._expressions_of(key)
+        matches_all = self.matcher.matches_all
 
-    def _evaluate(self, key: SelectorKey, device: Device, *, device_id: DeviceId) -> bool:
-        expressions = self._expressions.get(key)
-        if expressions is None:
+        def is_matching(device: Device, device_id: DeviceId) -> bool:
+            answer = answers.get(device_id)
+            if answer is None:
+                answer = answers[device_id] = expressions is not None and matches_all(
+                    expressions, device, device_id=device_id
+                )
+            return answer
+
+        return is_matching
+
+    def _expressions_of(self, key: SelectorKey) -> tuple[str, ...] | None:
+        """Device class selectors, then job selectors; None when the class does not exist."""
+        if key not in self._expressions:
             device_class = self.inventory.device_classes.get(key[0])
-            expressions = (*device_class.selectors, *key[1]) if device_class else ()
-            self._expressions[key] = expressions
-            if device_class is None:
-                self._unknown.add(key)
-        if key in self._unknown:
-            return False
-        return self.matcher.matches_all(expressions, device, device_id=device_id)
+            self._expressions[key] = (
+                (*device_class.selectors, *key[1]) if device_class is not None else None
+            )
+        return self._expressions[key]
 
     def held_matching(self, key: SelectorKey, job: RunningJob) -> tuple[Held, ...]:
         """Per replica node of a gang, its devices that match `key` (cached for the cycle)."""
         cache_key = (key, job.key)
         held = self._held.get(cache_key)
         if held is None:
-            devices = self.inventory.devices
+            devices, is_matching = self.inventory.devices, self._matching_of(key)
             held = tuple(
                 (
                     replica.node,
                     tuple(
                         devices[d]
                         for d in replica.devices
-                        if d in devices and self._is_matching(key, devices[d], device_id=d)
+                        if d in devices and is_matching(devices[d], d)
                     ),
                 )
                 for replica in job.placement
@@ -219,11 +224,12 @@ class Pool:
             per_node = self._matching_per_node.get(key)
             if per_node is None:
                 per_node = self._matching_per_node[key] = {}
+                is_matching = self._matching_of(key)
                 for device_id, device in self.inventory.devices.items():
                     if (
                         device.node is not None
                         and not device.is_tainted
-                        and self._is_matching(key, device, device_id=device_id)
+                        and is_matching(device, device_id)
                     ):
                         node = NodeName(device.node)
                         per_node[node] = per_node.get(node, 0) + 1
@@ -235,13 +241,9 @@ class Pool:
         view = self._views.get(key)
         if view is None:
             by_node: dict[NodeName, list[Device]] = {}
-            ids = self._free_ids
+            ids, is_matching = self._free_ids, self._matching_of(key)
             for node, devices in self.free_by_node.items():
-                matching = [
-                    device
-                    for device in devices
-                    if self._is_matching(key, device, device_id=ids[id(device)])
-                ]
+                matching = [d for d in devices if is_matching(d, ids[id(d)])]
                 if matching:
                     by_node[node] = matching
             view = FreeView(by_node, domain_of=self.domain_of)
@@ -254,11 +256,12 @@ class Pool:
 
     def is_accepted(self, node: NodeName, pod: PodRequirements) -> bool:
         """Labels, taints and state allow the pod on the node (cached: static in a cycle)."""
-        cache_key = (pod, node)
-        accepted = self._accepted.get(cache_key)
+        answers = self._accepted.get(pod)
+        if answers is None:
+            answers = self._accepted[pod] = {}
+        accepted = answers.get(node)
         if accepted is None:
-            accepted = fit.is_accepted(self.inventory.nodes[node], pod)
-            self._accepted[cache_key] = accepted
+            accepted = answers[node] = fit.is_accepted(self.inventory.nodes[node], pod)
         return accepted
 
     def has_room(self, node: NodeName, pod: PodRequirements, *, extra: Sequence[int] = ()) -> bool:
