@@ -6,7 +6,7 @@ import importlib
 from typing import Any
 
 # Each suite module exposes `add_arguments(parser)` and `run(args) -> int`.
-SUITES: tuple[str, ...] = ("planner", "db")
+SUITES: tuple[str, ...] = ("planner", "db", "e2e")
 
 
 def register(subparsers: Any) -> None:

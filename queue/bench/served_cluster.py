@@ -1,0 +1,81 @@
+"""The emulated cluster in its own process, as a real API server would be (`gangq cluster up`).
+
+Owns starting it, waiting until it serves, the client configuration from its kubeconfig, and
+stopping it. A separate process keeps the emulator's work off the controller's event loop, so
+the end-to-end figures measure the controller rather than the two sharing one CPU core. It must
+not create any workload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio import client, config
+
+from gangq.queue.core.errors import GangqError
+
+RUN_CLI = "from gangq.queue.cli import main; main()"
+START_SECONDS = 60.0
+STOP_SECONDS = 10.0
+
+
+@contextlib.asynccontextmanager
+async def served_cluster(
+    *, nodes: int, racks: int, crd: Path, ready_seconds: float
+) -> AsyncIterator[Any]:
+    """The client configuration of a cluster serving until the context ends."""
+    with tempfile.TemporaryDirectory(prefix="gangq-bench-") as directory:
+        kubeconfig = Path(directory) / "kubeconfig"
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            RUN_CLI,
+            "cluster",
+            "up",
+            f"--nodes={nodes}",
+            f"--racks={racks}",
+            f"--crd={crd}",
+            f"--ready-seconds={ready_seconds:g}",
+            f"--kubeconfig={kubeconfig}",
+            stdout=asyncio.subprocess.PIPE,
+        )
+        try:
+            await _started(process)
+            configuration = client.Configuration()
+            await config.load_kube_config(
+                config_file=str(kubeconfig), client_configuration=configuration
+            )
+            yield configuration
+        finally:
+            await _stop(process)
+
+
+async def _started(process: asyncio.subprocess.Process) -> None:
+    """Wait for its first line ("kubesim serving ..."): the kubeconfig is written by then."""
+    assert process.stdout is not None
+    try:
+        line = await asyncio.wait_for(process.stdout.readline(), timeout=START_SECONDS)
+    except TimeoutError as error:
+        raise GangqError(
+            f"the cluster emulator did not start within {START_SECONDS:.0f}s"
+        ) from error
+    if not line.startswith(b"kubesim serving"):
+        raise GangqError(f"the cluster emulator did not start: {line.decode(errors='replace')!r}")
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is not None:
+        return
+    process.send_signal(signal.SIGINT)
+    try:
+        await asyncio.wait_for(process.wait(), timeout=STOP_SECONDS)
+    except TimeoutError:
+        process.kill()
+        await process.wait()

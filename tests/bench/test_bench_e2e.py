@@ -1,0 +1,83 @@
+"""`gangq bench e2e`: the controller, the emulator and PostgreSQL on a small run (subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gangq.queue.bench import releases
+from gangq.queue.cli import main
+
+RUN_CLI = "from gangq.queue.cli import main; main()"
+SMALL_RUN = ("--jobs", "40", "--nodes", "16", "--tenants", "5", "--timeout", "60")
+KEYS = {
+    "jobs",
+    "released",
+    "duration_s",
+    "jobs_per_s",
+    "release_p50_ms",
+    "release_p99_ms",
+    "release_skew_p99_ms",
+}
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [["--jobs", "0"], ["--timeout", "-1"], ["--nodes", "0"]],
+    ids=["no-jobs", "negative-timeout", "no-nodes"],
+)
+def test_bad_arguments_are_refused_before_anything_starts(
+    capsys: pytest.CaptureFixture[str], arguments: list[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "e2e", *arguments])
+    assert exit_info.value.code == 2
+    assert "must be" in capsys.readouterr().err
+
+
+def test_a_pod_counts_as_released_once_its_gates_are_gone() -> None:
+    observed = releases.Releases()
+    observed.expect("ns/job", replicas=2)
+    observed.created("ns/job", at=1.0)
+
+    def pod(name: str, *, gated: bool) -> dict[str, object]:
+        gates = [{"name": "gangq.dev/admission"}] if gated else []
+        labels = {"gangq.dev/job-name": "job"}
+        return {
+            "metadata": {"name": name, "namespace": "ns", "labels": labels},
+            "spec": {"schedulingGates": gates},
+        }
+
+    observed.on_pod(pod("job-0", gated=True), at=1.1)
+    observed.on_pod(pod("job-0", gated=False), at=1.5)
+    assert observed.done == 0
+    observed.on_pod(pod("job-1", gated=False), at=1.52)
+    observed.on_pod(pod("job-1", gated=False), at=9.0)
+    figures = observed.figures(now=10.0)
+    assert figures["released"] == 1
+    assert figures["release_p99_ms"] == pytest.approx(520.0)
+    assert figures["release_skew_p99_ms"] == pytest.approx(20.0)
+
+
+@pytest.mark.slow
+def test_a_small_run_releases_every_job(server_url: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", RUN_CLI, "bench", "e2e", "--json", *SMALL_RUN],
+        env={**os.environ, "DATABASE_URL": server_url},
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout)
+    assert set(figures) >= KEYS
+    assert figures["jobs"] == figures["released"] == 40
+    assert figures["duration_s"] > 0 and figures["jobs_per_s"] > 0
+    assert 0 < figures["release_p50_ms"] <= figures["release_p99_ms"]
+    assert 0 <= figures["release_skew_p99_ms"] <= figures["release_p99_ms"]
+    assert "submitting 40 jobs" in result.stderr
