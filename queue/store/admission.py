@@ -63,6 +63,29 @@ RETRY_DELAYS_S = (0.1, 0.5, 2.0)
 logger = logging.getLogger(__name__)
 
 
+def _job_event(
+    row: snapshot.JobColumns,
+    key: model.JobKey,
+    *,
+    kind: EventKind,
+    actor: str,
+    now: float,
+    reason: str,
+    details: dict[str, object],
+) -> tuple[int, events.Event]:
+    """A history entry about one job of this cycle, paired with the job's id for `events.record`."""
+    event = events.Event(
+        kind=kind,
+        actor=actor,
+        at=now,
+        job_key=key,
+        tenant=row.tenant,
+        reason=reason,
+        details=details,
+    )
+    return row.id, event
+
+
 async def _write_admissions(
     session: AsyncSession,
     admissions: Sequence[model.Admission],
@@ -87,23 +110,20 @@ async def _write_admissions(
     await events.record(
         session,
         [
-            (
-                queued[admission.job].id,
-                events.Event(
-                    kind=EventKind.ADMITTED,
-                    actor=actor,
-                    at=now,
-                    job_key=admission.job,
-                    tenant=queued[admission.job].tenant,
-                    reason=f"{sum(len(r.devices) for r in admission.placement)} devices reserved "
-                    f"for {len(admission.placement)} replicas, {admission.borrowed} borrowed",
-                    details={
-                        "placement": [
-                            {"replica": r.replica, "node": r.node, "devices": list(r.devices)}
-                            for r in admission.placement
-                        ]
-                    },
-                ),
+            _job_event(
+                queued[admission.job],
+                admission.job,
+                kind=EventKind.ADMITTED,
+                actor=actor,
+                now=now,
+                reason=f"{sum(len(r.devices) for r in admission.placement)} devices reserved "
+                f"for {len(admission.placement)} replicas, {admission.borrowed} borrowed",
+                details={
+                    "placement": [
+                        {"replica": r.replica, "node": r.node, "devices": list(r.devices)}
+                        for r in admission.placement
+                    ]
+                },
             )
             for admission in admissions
         ],
@@ -133,17 +153,14 @@ async def _write_preemptions(
     await events.record(
         session,
         [
-            (
-                holding[victim.job].id,
-                events.Event(
-                    kind=EventKind.PREEMPTED,
-                    actor=actor,
-                    at=now,
-                    job_key=victim.job,
-                    tenant=holding[victim.job].tenant,
-                    reason=victim.reason,
-                    details={"for": preemptor},
-                ),
+            _job_event(
+                holding[victim.job],
+                victim.job,
+                kind=EventKind.PREEMPTED,
+                actor=actor,
+                now=now,
+                reason=victim.reason,
+                details={"for": preemptor},
             )
             for preemptor, victim in fresh
         ],
