@@ -123,6 +123,9 @@ class ControllerSettings(BaseSettings):
     """Longest pause between two cycles when nothing wakes the loop (polling safety net)."""
     coalesce_s: float = Field(default=0.05, ge=0)
     """Wake-ups within this window are merged into one cycle."""
+    status_refresh_s: float = Field(default=30.0, ge=0)
+    """A queued job's status is rewritten for a new position or reason at most this often
+    (a phase change is written at once); `GET /v1/jobs` always has the current position."""
     leader_retry_s: float = Field(default=2.0, gt=0)
     """How often a follower tries to take leadership (bounds the takeover time)."""
     restart_backoff_s: float = Field(default=10.0, ge=0)

@@ -73,51 +73,70 @@ class Actuator:
         inventory: model.Inventory,
         now: float,
     ) -> float | None:
-        """Create what is missing; when every claim is allocated as reserved and every pod
-        exists, lift all gates at once (rule 2). Returns the release skew in seconds then."""
+        """Create what is missing, replicas concurrently, each in order claim -> allocation ->
+        gated pod; when every replica got through, lift all gates at once (rule 2).
+
+        One pass suffices: the API server's answers, not the watch caches, say that a claim
+        is allocated and a pod exists, so a gang goes from reserved to released in one step.
+        A refused write leaves the replica incomplete, and the next step picks up from what
+        the caches show then. Returns the release skew in seconds, None while incomplete.
+        """
         job = gang.job
         assert job is not None
-        name = job["metadata"]["name"]
         await _create(self.kube, resources.SERVICES, objects.service(job))
-        complete = True
-        for placement in gang.placement:
-            claim = gang.claims.get(placement.replica)
-            if claim is None:
-                devices = [
-                    inventory.devices[d] for d in placement.devices if d in inventory.devices
-                ]
-                attribute = (
-                    self.settings.identity_attributes.get(devices[0].driver) if devices else None
-                )
-                pin = objects.identity_selector(devices, attribute=attribute)
-                body = objects.claim(job, placement.replica, spec=spec, pin=pin, gang=gang.uid)
-                await _create(self.kube, resources.RESOURCE_CLAIMS, body)
-                complete = False
-            elif objects.allocated_devices(claim) is None:
-                await self._allocate(job, placement, now=now)
-                complete = False
-            if placement.replica not in gang.pods:
-                body = objects.pod(
-                    job,
-                    placement.replica,
-                    spec=spec,
-                    node=placement.node,
-                    gated=True,
-                    gang=gang.uid,
-                )
-                await _create(self.kube, resources.PODS, body)
-                complete = False
-        if not complete:
-            logger.debug("gang %s: objects created, waiting to see them all", name)
+        gated = await asyncio.gather(
+            *(
+                self._replica(gang, placement, spec=spec, inventory=inventory, now=now)
+                for placement in gang.placement
+            )
+        )
+        if any(names is None for names in gated):
+            logger.debug("gang %s: not every replica is ready to release", gang.key)
             return None
-        return await self._release(gang)
+        return await self._release([name for names in gated if names for name in names])
+
+    async def _replica(
+        self,
+        gang: lifecycle.Gang,
+        placement: model.ReplicaPlacement,
+        *,
+        spec: Mapping[str, Any],
+        inventory: model.Inventory,
+        now: float,
+    ) -> list[tuple[str, str]] | None:
+        """One replica's claim, allocation and pod; the pods still gated, None when refused."""
+        job = gang.job
+        assert job is not None
+        claim = gang.claims.get(placement.replica)
+        if claim is None:
+            devices = [inventory.devices[d] for d in placement.devices if d in inventory.devices]
+            attribute = (
+                self.settings.identity_attributes.get(devices[0].driver) if devices else None
+            )
+            pin = objects.identity_selector(devices, attribute=attribute)
+            body = objects.claim(job, placement.replica, spec=spec, pin=pin, gang=gang.uid)
+            if not await _create(self.kube, resources.RESOURCE_CLAIMS, body):
+                return None
+        unallocated = claim is None or objects.allocated_devices(claim) is None
+        if unallocated and not await self._allocate(job, placement, now=now):
+            return None
+        pod = gang.pods.get(placement.replica)
+        if pod is None:
+            body = objects.pod(
+                job, placement.replica, spec=spec, node=placement.node, gated=True, gang=gang.uid
+            )
+            if not await _create(self.kube, resources.PODS, body):
+                return None
+            return [(body["metadata"]["namespace"], body["metadata"]["name"])]
+        meta = pod["metadata"]
+        return [(meta["namespace"], meta["name"])] if lifecycle.is_gated(pod) else []
 
     async def _allocate(
         self, job: Mapping[str, Any], placement: model.ReplicaPlacement, *, now: float
-    ) -> None:
+    ) -> bool:
         name = objects.replica_name(job["metadata"]["name"], placement.replica)
         status = {"status": objects.allocation(placement, at=objects.rfc3339(now))}
-        await _tolerant(
+        return await _tolerant(
             lambda: self.kube.patch(
                 resources.RESOURCE_CLAIMS,
                 job["metadata"]["namespace"],
@@ -129,27 +148,25 @@ class Actuator:
             ok=(409,),
         )
 
-    async def _release(self, gang: lifecycle.Gang) -> float | None:
+    async def _release(self, gated: list[tuple[str, str]]) -> float | None:
         """Lift every remaining gate concurrently; the skew is first to last acknowledged."""
-        gated = [pod for pod in gang.pods.values() if lifecycle.is_gated(pod)]
         if not gated:
             return None
         remove = [{"op": "remove", "path": "/spec/schedulingGates"}]
         acknowledged: list[float] = []
 
-        async def lift(pod: Mapping[str, Any]) -> None:
-            meta = pod["metadata"]
+        async def lift(namespace: str, name: str) -> None:
             done = await _tolerant(
                 lambda: self.kube.patch(
-                    resources.PODS, meta["namespace"], meta["name"], remove, content_type=JSON_PATCH
+                    resources.PODS, namespace, name, remove, content_type=JSON_PATCH
                 ),
-                what=f"release pod {meta['namespace']}/{meta['name']}",
+                what=f"release pod {namespace}/{name}",
                 ok=(404,),
             )
             if done:
                 acknowledged.append(time.monotonic())
 
-        await asyncio.gather(*(lift(pod) for pod in gated))
+        await asyncio.gather(*(lift(namespace, name) for namespace, name in gated))
         if len(acknowledged) < 2:
             return 0.0
         return max(acknowledged) - min(acknowledged)

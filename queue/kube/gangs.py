@@ -8,6 +8,7 @@ devices in the store (rule 1: never reserved for two jobs, even in the cluster).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections import defaultdict
@@ -36,6 +37,15 @@ class Held:
     row: snapshot.JobColumns
     placement: tuple[model.ReplicaPlacement, ...]
     gang: lifecycle.Gang
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What every gang of a step reads from the same inventory."""
+
+    inventory: model.Inventory
+    unready_nodes: frozenset[str]
+    evicting_devices: frozenset[str]
 
 
 def by_gang(objs: Mapping[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -123,7 +133,7 @@ class Gangs:
         held: Held,
         spec: trainingjob.TrainingJobSpec | None,
         *,
-        inventory: model.Inventory,
+        facts: _Facts,
         restarts: int,
     ) -> lifecycle.Context:
         tier = self.settings.tier(held.row.tier)
@@ -140,16 +150,31 @@ class Gangs:
             admitted_at_s=admitted,
             restarts=restarts,
             max_restarts=spec.max_restarts if spec else 0,
+            unready_nodes=facts.unready_nodes,
+            evicting_devices=facts.evicting_devices,
+            is_scaled_away=held.row.uid in self.scaled_away,
+        )
+
+    async def drive_all(
+        self,
+        held: list[Held],
+        inventory: model.Inventory,
+        records: Mapping[str, jobs.JobRecord],
+    ) -> None:
+        """Drive every holding gang concurrently; the cluster facts are read once per step."""
+        facts = _Facts(
+            inventory=inventory,
             unready_nodes=frozenset(n for n, node in inventory.nodes.items() if not node.ready),
             evicting_devices=frozenset(
                 d for d, dev in inventory.devices.items() if dev.is_evicting
             ),
-            is_scaled_away=held.row.uid in self.scaled_away,
         )
+        await asyncio.gather(*(self._drive(h, facts, records) for h in held))
 
-    async def drive(
-        self, held: Held, inventory: model.Inventory, records: Mapping[str, jobs.JobRecord]
+    async def _drive(
+        self, held: Held, facts: _Facts, records: Mapping[str, jobs.JobRecord]
     ) -> None:
+        inventory = facts.inventory
         gang = held.gang
         spec: trainingjob.TrainingJobSpec | None = None
         if gang.job is not None:
@@ -158,9 +183,7 @@ class Gangs:
             except InvalidInputError:
                 spec = None
         record = records.get(gang.uid)
-        context = self._context(
-            held, spec, inventory=inventory, restarts=record.restarts if record else 0
-        )
+        context = self._context(held, spec, facts=facts, restarts=record.restarts if record else 0)
         memo = (gang.uid, gang.admitted_at)
         keep = self.shrinking.get(gang.uid)
         ending = self.endings.get(memo) or lifecycle.recorded_ending(gang)
@@ -213,22 +236,24 @@ class Gangs:
         if verdict.action is lifecycle.Action.BUILD:
             if gang.job is None:
                 return
-            if not gang.pods and not gang.claims:
-                await self.actuator.event(
-                    gang.job, "Admitted", f"{len(gang.placement)} replicas reserved", warning=False
-                )
+            first = not gang.pods and not gang.claims
             skew = await self.actuator.build(
                 gang, spec=job_spec, inventory=inventory, now=self.clock()
             )
-            if skew is not None:
-                self.skews_ms[gang.uid] = round(skew * 1000)
-                api_metrics.observe_release_skew(self.metrics, skew)
-                await self.actuator.event(
-                    gang.job,
-                    "Released",
-                    f"all {len(gang.placement)} pods released, skew {skew * 1000:.1f} ms",
-                    warning=False,
-                )
+            if skew is None:
+                if first:
+                    message = f"{len(gang.placement)} replicas reserved"
+                    await self.actuator.event(gang.job, "Admitted", message, warning=False)
+                return
+            self.skews_ms[gang.uid] = round(skew * 1000)
+            api_metrics.observe_release_skew(self.metrics, skew)
+            # A gang built in one pass gets one event for its admission and release.
+            message = (
+                f"{len(gang.placement)} replicas reserved and "
+                if first
+                else f"all {len(gang.placement)} "
+            ) + f"pods released together, skew {skew * 1000:.1f} ms"
+            await self.actuator.event(gang.job, "Released", message, warning=False)
         elif verdict.action is lifecycle.Action.MARK_RUNNING:
             async with self.writes.transaction() as session:
                 await jobs.mark_running(

@@ -13,6 +13,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
@@ -31,7 +32,19 @@ from gangq.queue.store import admission, jobs, leader, tenants
 from gangq.queue.store.errors import ConflictError, NotLeaderError, StoreError
 
 logger = logging.getLogger(__name__)
-PAGE = 1000
+SHOWN_AS_FINISHED = ("Succeeded", "Failed")
+STATUS_WRITES_IN_FLIGHT = 32
+"""Status patches of one step sent at once: a burst of phase changes is shown in one round."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Shown:
+    version: str
+    """The job's resourceVersion the status write was based on: while the cache still shows
+    it (and gangq still wants the same status), the write needs no repeating. A write that
+    changed nothing leaves the version as it was, so the status is compared as well."""
+    status: dict[str, Any]
+    at: float
 
 
 class Reconciler:
@@ -68,6 +81,8 @@ class Reconciler:
         self.known: set[str] = set()
         self.problems: dict[str, str] = {}
         self.tenants_epoch: int | None = None
+        self.shown: dict[str, _Shown] = {}
+        """Job uid -> the last status write, so a write the cache has not seen is not repeated."""
 
     def next_deadline_s(self) -> float:
         """Seconds until the earliest startup deadline (the timer must not sleep past it)."""
@@ -106,7 +121,7 @@ class Reconciler:
             self._count(result, records)
             held = await self.gangs.load()
             self._gauges(inventory, held)
-            await asyncio.gather(*(self.gangs.drive(h, inventory, records) for h in held))
+            await self.gangs.drive_all(held, inventory, records)
             await self._sweep(held, records)
             await self._show(records, held)
         except NotLeaderError as error:
@@ -175,15 +190,14 @@ class Reconciler:
             self.known.add(pending.uid)
 
     async def _records(self) -> dict[str, jobs.JobRecord]:
-        records: dict[str, jobs.JobRecord] = {}
+        """Live store records, and finished ones whose end their TrainingJob does not show."""
+        unshown = [
+            str((job.get("metadata") or {}).get("uid"))
+            for job in self.view.objects(resources.TRAINING_JOBS).values()
+            if (job.get("status") or {}).get("phase") not in SHOWN_AS_FINISHED
+        ]
         async with self.sessions() as session:
-            offset = 0
-            while True:
-                page = await jobs.list_jobs(session, limit=PAGE, offset=offset)
-                records.update((r.uid, r) for r in page.items)
-                offset += PAGE
-                if offset >= page.total:
-                    return records
+            return await jobs.live_and_chosen(session, uids=unshown)
 
     def _gauges(self, inventory: model.Inventory, held: list[gangs.Held]) -> None:
         """Device and tenant gauges of `/metrics` from the inventory and the gangs holding."""
@@ -337,13 +351,18 @@ class Reconciler:
             for r in fresh.values()
             if r.phase == "Queued" and r.reason is not None and r.uid != scale.job_uid(r.uid)
         }
+        updates: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        shown: dict[str, _Shown] = {}
+        clock = self.clock()
         for job in list(self.view.objects(resources.TRAINING_JOBS).values()):
             meta = job.get("metadata") or {}
             uid = str(meta.get("uid"))
-            if meta.get("deletionTimestamp"):
+            record = fresh.get(uid) or records.get(uid)
+            if meta.get("deletionTimestamp") or (record is None and uid not in self.problems):
+                # A job not queued yet gets its first status once it is (the next step).
                 continue
             wanted = status.desired(
-                fresh.get(uid) or records.get(uid),
+                record,
                 placement=tuple(sorted(placements.get(uid, ()), key=lambda p: p.replica)),
                 problem=self.problems.get(uid),
                 now=now,
@@ -353,18 +372,40 @@ class Reconciler:
             if uid in waiting and wanted.get("phase") == "Running":
                 wanted["reason"] = waiting[uid]
             current = job.get("status") or {}
+            version = str(meta.get("resourceVersion"))
+            last = self.shown.get(uid)
+            if last is not None:
+                shown[uid] = last
+                if last.version == version and not status.differs(last.status, wanted):
+                    continue
             if not status.differs(current, wanted) and current.get("releaseSkewMs") == wanted.get(
                 "releaseSkewMs"
             ):
                 continue
-            body = {"status": status.merged_conditions(current, wanted)}
-            try:
-                await self.view.kube.patch(
-                    resources.TRAINING_JOBS,
-                    str(meta.get("namespace")),
-                    str(meta.get("name")),
-                    body,
-                    subresource="status",
-                )
-            except KubeError as error:
-                logger.info("status of %s not written: %s", trainingjob.key_of(job), error)
+            if (
+                last is not None
+                and status.only_queue_moved(current, wanted)
+                and clock - last.at < self.settings.status_refresh_s
+            ):
+                continue
+            shown[uid] = _Shown(version=version, status=wanted, at=clock)
+            updates.append((job, {"status": status.merged_conditions(current, wanted)}))
+        self.shown = shown
+        limit = asyncio.Semaphore(STATUS_WRITES_IN_FLIGHT)
+
+        async def write(job: dict[str, Any], body: dict[str, Any]) -> None:
+            meta = job["metadata"]
+            async with limit:
+                try:
+                    await self.view.kube.patch(
+                        resources.TRAINING_JOBS,
+                        str(meta.get("namespace")),
+                        str(meta.get("name")),
+                        body,
+                        subresource="status",
+                    )
+                except KubeError as error:
+                    self.shown.pop(str(meta.get("uid")), None)
+                    logger.info("status of %s not written: %s", trainingjob.key_of(job), error)
+
+        await asyncio.gather(*(write(job, body) for job, body in updates))

@@ -49,21 +49,14 @@ def desired(
     problem: str | None,
     now: str,
 ) -> dict[str, Any]:
-    """The status gangq wants shown; `problem` is an edge validation message (never queued)."""
+    """The status gangq wants shown; `problem` is why the job was refused at the edge (it has
+    no record then). A job neither queued nor refused yet gets no status at all."""
     if record is None:
-        message = problem or "waiting to be queued"
+        assert problem is not None, "a job that is neither queued nor refused has no status"
         return {
             "phase": "Queued",
-            "reason": f"invalid: {problem}" if problem else message,
-            "conditions": [
-                _condition(
-                    "Admissible",
-                    problem is None,
-                    "InvalidSpec" if problem else "Queued",
-                    message,
-                    now=now,
-                )
-            ],
+            "reason": f"invalid: {problem}",
+            "conditions": [_condition("Admissible", False, "InvalidSpec", problem, now=now)],
         }
     reason = record.reason.message if record.reason else ""
     invalid = record.reason is not None and str(record.reason.code) == "invalid"
@@ -102,6 +95,16 @@ def differs(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     }
     new = {c["type"]: (c["status"], c["message"]) for c in wanted.get("conditions") or []}
     return old != new
+
+
+def only_queue_moved(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """True when a job stays Queued and just its position or reason changed: churn that every
+    cycle makes for every waiting job, so it is shown at a bounded rate."""
+    return current.get("phase") == wanted.get("phase") == "Queued" and all(
+        current.get(k) == wanted.get(k)
+        for k in COMPARED
+        if k in wanted and k not in ("queuePosition", "reason")
+    )
 
 
 def merged_conditions(current: Mapping[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:

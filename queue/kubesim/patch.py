@@ -8,10 +8,10 @@ validate the result: the caller runs the kind's update validation on it.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from gangq.queue.kubesim import status
+from gangq.queue.kubesim.clone import clone
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -42,8 +42,8 @@ SET_LISTS = frozenset({"finalizers"})
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: objects merge recursively, null deletes, anything else replaces."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return clone(patch)
+    result = clone(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
@@ -123,22 +123,22 @@ def json_patch(target: Any, operations: Any) -> Any:
         raise status.bad_request(
             "json: cannot unmarshal object into Go value of type jsonpatch.Patch"
         )
-    document = copy.deepcopy(target)
+    document = clone(target)
     for operation in operations:
         if not isinstance(operation, dict):
             raise status.invalid_request()
         op = operation.get("op")
         parts = _pointer(str(operation.get("path", "")))
         if op == "add":
-            document = _add(document, parts, copy.deepcopy(operation.get("value")))
+            document = _add(document, parts, clone(operation.get("value")))
         elif op == "remove":
             document = _remove(document, parts)
         elif op == "replace":
             _read(document, parts)
-            document = _add(_remove(document, parts), parts, copy.deepcopy(operation.get("value")))
+            document = _add(_remove(document, parts), parts, clone(operation.get("value")))
         elif op in ("move", "copy"):
             source = _pointer(str(operation.get("from", "")))
-            value = copy.deepcopy(_read(document, source))
+            value = clone(_read(document, source))
             if op == "move":
                 document = _remove(document, source)
             document = _add(document, parts, value)
@@ -158,11 +158,11 @@ def _merge_list(
     if field in SET_LISTS:
         return target + [item for item in patch if item not in target]
     if key is None:
-        return copy.deepcopy(patch)
+        return clone(patch)
     if any(isinstance(item, dict) and item.get("$patch") == "replace" for item in patch):
         kept = [item for item in patch if not (isinstance(item, dict) and "$patch" in item)]
         return kept or None
-    result = copy.deepcopy(target)
+    result = clone(target)
     added: list[Any] = []
     for item in patch:
         if not isinstance(item, dict):
@@ -187,8 +187,8 @@ def strategic_merge(
     """Strategic merge patch for the fields listed in MERGE_KEYS; directives it does not use
     for ordering (`$setElementOrder`, `$retainKeys`) are accepted and change nothing."""
     if patch.get("$patch") == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
-    result = copy.deepcopy(target)
+        return {k: clone(v) for k, v in patch.items() if k != "$patch"}
+    result = clone(target)
     for key, value in patch.items():
         if key.startswith("$setElementOrder/") or key in ("$retainKeys", "$patch"):
             continue
@@ -213,5 +213,5 @@ def strategic_merge(
             if merged is not None:
                 result[key] = merged
         else:
-            result[key] = copy.deepcopy(value)
+            result[key] = clone(value)
     return result

@@ -8,7 +8,6 @@ DELETE from `deletion.py`, cascading deletion from `gc.py`. It must not parse HT
 
 from __future__ import annotations
 
-import copy
 import random
 import uuid
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gangq.queue.kubesim import gc, kinds, patch, status
+from gangq.queue.kubesim.clone import clone
 from gangq.queue.kubesim.storage import Storage
 from gangq.queue.kubesim.strategy import Strategy
 from gangq.queue.kubesim.validation import decoding, meta
@@ -83,6 +83,13 @@ class Registry:
             raise status.not_found(rt.plural, rt.group, name)
         return found
 
+    def peek(self, rt: kinds.ResourceType, namespace: str, name: str) -> dict[str, Any]:
+        """The stored object itself, for a caller that only reads it (no copy made)."""
+        found = self.storage.peek(rt.store_key, namespace if rt.namespaced else "", name)
+        if found is None:
+            raise status.not_found(rt.plural, rt.group, name)
+        return self.strategy(rt).present(found)
+
     def find(self, rt: kinds.ResourceType, namespace: str, name: str) -> dict[str, Any] | None:
         found = self.storage.get(rt.store_key, namespace if rt.namespaced else "", name)
         return None if found is None else self.strategy(rt).present(found)
@@ -113,7 +120,7 @@ class Registry:
                 f"the object provided is unrecognized (must be of type {rt.kind}): "
                 "couldn't get version/kind"
             )
-        obj = copy.deepcopy(body)
+        obj = clone(body)
         metadata = obj.setdefault("metadata", {})
         self._scope(rt, metadata, namespace)
         strategy = self.strategy(rt)
@@ -206,7 +213,7 @@ class Registry:
             raise status.bad_request(
                 f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}'
             )
-        new = copy.deepcopy(body)
+        new = clone(body)
         metadata = new.setdefault("metadata", {})
         if metadata.get("name") and metadata["name"] != name:
             raise status.bad_request(
@@ -252,7 +259,7 @@ class Registry:
         subresource: str | None,
     ) -> dict[str, Any]:
         if subresource == "status":
-            merged = copy.deepcopy(old)
+            merged = clone(old)
             if "status" in new:
                 merged["status"] = new["status"]
             else:
@@ -266,7 +273,7 @@ class Registry:
             return merged
         if rt.has_status:
             if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
+                new["status"] = clone(old["status"])
             else:
                 new.pop("status", None)
         return new
@@ -309,7 +316,8 @@ class Registry:
             return self._apply(
                 rt, namespace, name, document, subresource=subresource, field_manager=field_manager
             )
-        old = self.get(rt, namespace, name)
+        # Read in place: every patch function copies its target before changing it.
+        old = self.peek(rt, namespace, name)
         if content_type == patch.MERGE_PATCH:
             if not isinstance(document, dict):
                 raise status.bad_request(

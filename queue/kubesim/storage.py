@@ -9,11 +9,12 @@ validate, default or decide anything about the objects it keeps.
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from gangq.queue.kubesim.clone import clone
 
 ADDED = "ADDED"
 MODIFIED = "MODIFIED"
@@ -60,13 +61,15 @@ class Storage:
     """Called synchronously for every committed event (scheduler, kubelets)."""
     _order: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     """Sorted keys per resource, rebuilt lazily after a create or a delete."""
+    _revisions: dict[str, int] = field(default_factory=dict)
+    """Resource -> resourceVersion of its last change, so readers can cache derived views."""
     _uids: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     _dependents: dict[str, set[tuple[str, str, str]]] = field(default_factory=dict)
     """Owner uid -> (resource, namespace, name) of objects naming it in ownerReferences."""
 
     def get(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
         found = self._objects.get(resource, {}).get((namespace, name))
-        return copy.deepcopy(found) if found is not None else None
+        return clone(found) if found is not None else None
 
     def peek(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The stored object itself (read-only by convention) for hot read paths."""
@@ -82,9 +85,13 @@ class Storage:
             if (namespace is None or key[0] == namespace) and key in bucket:
                 yield bucket[key]
 
+    def revision(self, resource: str) -> int:
+        """Changes whenever an object of `resource` is created, updated or removed."""
+        return self._revisions.get(resource, 0)
+
     def put(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Store a create or an update under a new resourceVersion; returns a copy."""
-        stored = copy.deepcopy(obj)
+        stored = clone(obj)
         bucket = self._objects.setdefault(resource, {})
         key = object_key(stored)
         previous = bucket.get(key)
@@ -100,7 +107,7 @@ class Storage:
                 self.resource_version, MODIFIED if previous else ADDED, resource, stored, previous
             )
         )
-        return copy.deepcopy(stored)
+        return clone(stored)
 
     def remove(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
         bucket = self._objects.get(resource, {})
@@ -110,10 +117,10 @@ class Storage:
         self._order.pop(resource, None)
         self._index(resource, previous, remove=True)
         self.resource_version += 1
-        final = copy.deepcopy(previous)
+        final = clone(previous)
         final["metadata"]["resourceVersion"] = str(self.resource_version)
         self._record(Event(self.resource_version, DELETED, resource, final, previous))
-        return copy.deepcopy(final)
+        return clone(final)
 
     def _index(self, resource: str, obj: dict[str, Any] | None, *, remove: bool) -> None:
         if obj is None:
@@ -150,6 +157,7 @@ class Storage:
         self._order.pop(resource, None)
 
     def _record(self, event: Event) -> None:
+        self._revisions[event.resource] = event.resource_version
         self._history.append(event)
         while len(self._history) > self.history_size:
             self.compacted = self._history.popleft().resource_version

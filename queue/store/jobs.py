@@ -412,6 +412,18 @@ async def list_jobs(
     return JobPage(items=tuple(_record_view(row) for row in rows), total=int(total or 0))
 
 
+async def live_and_chosen(session: AsyncSession, *, uids: Collection[str]) -> dict[str, JobRecord]:
+    """Every job not finished, and the finished ones among `uids`, by uid.
+
+    The controller's per-step view: finished jobs pile up without bound, and it needs only
+    the few whose end the cluster does not show yet.
+    """
+    rows = await session.scalars(
+        select(JobRow).where(JobRow.phase.not_in(FINISHED_PHASES) | JobRow.uid.in_(sorted(uids)))
+    )
+    return {row.uid: _record_view(row) for row in rows}
+
+
 async def get_job(session: AsyncSession, key: str) -> JobDetail | None:
     """The live job of that key (else its latest finished run), placement and history."""
     namespace, name = split_key(key)

@@ -38,12 +38,15 @@ async def test_training_gang_is_released_whole_and_succeeds(harness: Harness) ->
     assert job["status"]["releaseSkewMs"] >= 0
     assert len(job["status"]["placement"]) == 2
     await wait_for(lambda: harness.phase("train") == "Succeeded")
-    reasons = {
-        e["reason"]
+    events = {
+        e["reason"]: e["message"]
         for e in harness.objects(resources.EVENTS, "ml-train")
         if e["involvedObject"].get("kind") == "TrainingJob"
     }
-    assert {"Admitted", "Released", "Running", "Succeeded"} <= reasons
+    assert {"Released", "Running", "Succeeded"} <= set(events)
+    # Built in one pass: one event says the gang was reserved and released together.
+    assert "Admitted" not in events
+    assert events["Released"].startswith("2 replicas reserved and pods released together")
     await wait_for(lambda: not harness.objects(resources.RESOURCE_CLAIMS, "ml-train"))
     assert not harness.objects(resources.PODS, "ml-train")
 

@@ -6,6 +6,12 @@ from gangq.queue.kube import resources
 from tests.controller.conftest import Harness, training_job, wait_for
 
 
+def _placement(harness: Harness) -> list[object]:
+    """The serving job's shown placement (no status at all until it is queued)."""
+    job = harness.job("serve", "inference") or {}
+    return list((job.get("status") or {}).get("placement") or [])
+
+
 def _pods(harness: Harness, namespace: str) -> dict[str, str]:
     return {
         p["metadata"]["name"]: p["metadata"]["uid"]
@@ -36,9 +42,7 @@ async def test_scale_up_preempts_small_jobs_and_scale_down_keeps_the_rest(harnes
     assert _pods(harness, "inference")["serve-0"] == first["serve-0"]
     await wait_for(lambda: harness.phase("ci") == "Queued")
     assert (harness.job("ci") or {})["status"]["preemptions"] == 1
-    await wait_for(
-        lambda: len((harness.job("serve", "inference") or {})["status"]["placement"]) == 2
-    )
+    await wait_for(lambda: len(_placement(harness)) == 2)
     await harness.kube.patch(
         resources.TRAINING_JOBS, "inference", "serve", {"spec": {"replicas": 1}}
     )
@@ -61,9 +65,7 @@ async def test_scale_down_below_the_first_admission_releases_the_highest_replica
     await harness.kube.patch(
         resources.TRAINING_JOBS, "inference", "serve", {"spec": {"replicas": 1}}
     )
-    await wait_for(
-        lambda: len((harness.job("serve", "inference") or {})["status"]["placement"]) == 1
-    )
+    await wait_for(lambda: len(_placement(harness)) == 1)
     assert set(_pods(harness, "inference")) == {"serve-0"}
     assert _pods(harness, "inference")["serve-0"] == first
     assert [

@@ -96,6 +96,21 @@ async def test_devices_nobody_publishes_are_accepted_and_recorded(
     assert code == 200
     recorded = [(p.claim, p.device) for p in cluster.phantom_allocations]
     assert recorded == [("default/ghost", "gpu-99")]
+    published = {
+        "metadata": {"name": "late-slice"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "pool": {"name": "gpu-0", "generation": 2, "resourceSliceCount": 1},
+            "nodeName": "gpu-0",
+            "devices": [{"name": "gpu-98"}],
+        },
+    }
+    code, _, _ = await http.request("POST", "/apis/resource.k8s.io/v1/resourceslices", published)
+    assert code == 201
+    await http.request("POST", CLAIMS, claim("late"))
+    await http.request("PATCH", f"{CLAIMS}/late/status", _allocation("gpu-98"), content_type=MERGE)
+    # A slice published after the first check counts: the device is no phantom.
+    assert [(p.claim, p.device) for p in cluster.phantom_allocations] == recorded
 
 
 async def test_claim_validation_on_create(http: Http) -> None:

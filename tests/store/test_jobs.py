@@ -242,3 +242,20 @@ async def test_a_backed_off_job_waits_out_its_backoff(session_factory: Sessions)
         after = await snapshot.queued_rows(session, now=T0 + 160)
     assert during == []
     assert [snapshot.key_of(row) for row in after] == ["a/one"]
+
+
+async def test_the_controller_view_holds_live_jobs_and_only_the_chosen_finished_ones(
+    session_factory: Sessions,
+) -> None:
+    await _enqueue(session_factory, job("a/done"), job("a/shown"), job("a/waiting"))
+    async with session_factory() as session, session.begin():
+        for key in ("a/done", "a/shown"):
+            await jobs.finish(
+                session, key, succeeded=True, at=T0 + 5, actor="controller", reason="done"
+            )
+    async with session_factory() as session:
+        view = await jobs.live_and_chosen(session, uids={"uid-a/done", "uid-elsewhere"})
+    assert {uid: record.phase for uid, record in view.items()} == {
+        "uid-a/done": "Succeeded",
+        "uid-a/waiting": "Queued",
+    }

@@ -8,10 +8,10 @@ images, activeDeadlineSeconds and added tolerations, and binding a gated or boun
 
 from __future__ import annotations
 
-import copy
 from typing import TYPE_CHECKING, Any
 
 from gangq.queue.kubesim import kinds, status
+from gangq.queue.kubesim.clone import clone
 from gangq.queue.kubesim.strategy import Strategy
 from gangq.queue.kubesim.validation import meta
 
@@ -270,7 +270,7 @@ def _gate_causes(spec: dict[str, Any]) -> list[status.Cause]:
 
 def _comparable(spec: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
     """The spec with every field a pod update may change replaced by the old value."""
-    result = copy.deepcopy(spec)
+    result = clone(spec)
     for key in ("activeDeadlineSeconds", "schedulingGates"):
         result.pop(key, None)
     for group in ("containers", "initContainers"):

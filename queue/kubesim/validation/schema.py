@@ -9,7 +9,6 @@ real server's wording. It must not know any particular CRD.
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import cel
 
 from gangq.queue.kubesim import status
+from gangq.queue.kubesim.clone import clone
 
 _DATE_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)")
 _PROGRAMS: dict[str, cel.Program] = {}
@@ -69,7 +69,7 @@ def apply_defaults(value: Any, schema: dict[str, Any]) -> None:
     if isinstance(value, dict):
         for key, child in (schema.get("properties") or {}).items():
             if key not in value and "default" in child:
-                value[key] = copy.deepcopy(child["default"])
+                value[key] = clone(child["default"])
             if key in value:
                 apply_defaults(value[key], child)
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
