@@ -32,6 +32,8 @@ class TierConfig(BaseModel):
     """A fresh gang of this tier is not preempted before it ran this long (anti-thrashing)."""
     long_running: bool = Field(default=False, alias="longRunning")
     """Serving tiers never finish by themselves: failed pods restart in place, replicas scale."""
+    preemption_delay_s: float = Field(default=0.0, ge=0, alias="preemptionDelaySeconds")
+    """A job of this tier evicts nobody (reclaim included) before it has waited this long."""
 
     def to_core(self) -> model.Tier:
         return model.Tier(
@@ -39,6 +41,7 @@ class TierConfig(BaseModel):
             self.rank,
             min_runtime_before_preemption_s=self.min_runtime_before_preemption_s,
             long_running=self.long_running,
+            preemption_delay_s=self.preemption_delay_s,
         )
 
 
@@ -84,6 +87,7 @@ def _default_tiers() -> tuple[TierConfig, ...]:
                 "rank": tier.rank,
                 "minRuntimeBeforePreemptionSeconds": tier.min_runtime_before_preemption_s,
                 "longRunning": tier.long_running,
+                "preemptionDelaySeconds": tier.preemption_delay_s,
             }
         )
         for tier in model.DEFAULT_TIERS

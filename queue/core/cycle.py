@@ -162,7 +162,8 @@ def _decide(job: PendingJob, *, state: CycleState) -> None:
         fence = job.tenant
     if fence is not None and _takes_owed(job, shape, mask, state=state):
         return
-    verdict_key = (shape, mask, job.tier, job.tenant if may_reclaim or fence else "")
+    eager = state.may_preempt(job)
+    verdict_key = (shape, mask, job.tier, job.tenant if may_reclaim or fence else "", eager)
     verdict = state.verdicts.get(verdict_key)
     if verdict is not None:
         state.pending[job.key] = verdict
@@ -180,7 +181,7 @@ def _decide(job: PendingJob, *, state: CycleState) -> None:
         reason = explain.backfill(head=head.job, start_in_s=head.start_at - state.now)
         state.pending[job.key] = state.verdicts[verdict_key] = reason
         return
-    if state.policy.preemption and preemptor.try_preempt(
+    if eager and preemptor.try_preempt(
         job, shape, state=state, may_reclaim=may_reclaim, excluded=excluded, held_room=held_room
     ):
         return
@@ -224,13 +225,14 @@ def _takes_owed(job: PendingJob, shape: placement.Shape, mask: Mask, *, state: C
     free = state.pool.free_count(job.device_class)
     if free - job.device_count >= owed:
         return False
-    memo_key = (shape, mask, job.tier, job.tenant, owed, free)
+    eager = state.may_preempt(job)
+    memo_key = (shape, mask, job.tier, job.tenant, owed, free, eager)
     known = state.owed_verdicts.get(memo_key)
     if known is not None:
         state.pending[job.key] = known
         return True
     excluded, held_room = _fenced(mask, job.tenant, device_class=job.device_class, state=state)
-    if state.policy.preemption and preemptor.try_preempt(
+    if eager and preemptor.try_preempt(
         job, shape, state=state, may_reclaim=False, excluded=excluded, held_room=held_room
     ):
         if state.pending[job.key].code is explain.ReasonCode.QUOTA:

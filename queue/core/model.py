@@ -42,12 +42,16 @@ class Tier:
     """Protects fresh gangs from thrashing; reclaiming nominal quota ignores it."""
     long_running: bool = False
     """Serving tiers never finish by themselves, so backfill must not count on their end."""
+    preemption_delay_s: float = 0.0
+    """A job of this tier evicts nobody (reclaim included) until it has waited this long: where
+    short jobs turn over every few minutes, waiting for one to end costs a minute, while
+    evicting a training gang for a 1-GPU job throws away hours of its work."""
 
 
 DEFAULT_TIERS: tuple[Tier, ...] = (
     Tier("prod-inference", 300, min_runtime_before_preemption_s=0.0, long_running=True),
     Tier("training", 200, min_runtime_before_preemption_s=600.0),
-    Tier("small", 100, min_runtime_before_preemption_s=60.0),
+    Tier("small", 100, min_runtime_before_preemption_s=60.0, preemption_delay_s=300.0),
 )
 
 

@@ -15,6 +15,7 @@ from gangq.queue.core.model import (
     Admission,
     JobKey,
     NodeName,
+    PendingJob,
     Policy,
     Preemption,
     RunningJob,
@@ -65,15 +66,16 @@ class CycleState:
     )
     """Backfill holds plus what a borrower must leave to other tenants' owed jobs."""
     owed_verdicts: dict[
-        tuple[placement.Shape, Mask, str, Tenant, int, int], explain.PendingReason
+        tuple[placement.Shape, Mask, str, Tenant, int, int, bool], explain.PendingReason
     ] = field(default_factory=dict)
-    """Borrowers refused for what others are owed, by shape, holds, tier, tenant, owed, free."""
+    """Borrowers refused for what others are owed, by shape, holds, tier, tenant, owed, free
+    and whether the job may preempt yet."""
     masks: dict[tuple[int, float], Mask] = field(default_factory=dict)
     """Holds in force by (number of holds so far, job end): jobs share a few runtimes."""
     merged_holds: dict[Mask, tuple[frozenset[DeviceId], dict[NodeName, Room]]] = field(
         default_factory=dict
     )
-    verdicts: dict[tuple[placement.Shape, Mask, str, str], explain.PendingReason] = field(
+    verdicts: dict[tuple[placement.Shape, Mask, str, str, bool], explain.PendingReason] = field(
         default_factory=dict
     )
     _running_releases: backfill.Releases | None = None
@@ -117,6 +119,11 @@ class CycleState:
             budget=budget,
             owed=OwedDemand(book=book),
         )
+
+    def may_preempt(self, job: PendingJob) -> bool:
+        """Preemption is on and the job has waited its tier's preemption delay."""
+        delay = self.tiers[job.tier].preemption_delay_s if job.tier in self.tiers else 0.0
+        return self.policy.preemption and self.now - job.submitted_at >= delay
 
     def is_possible(self, shape: placement.Shape) -> bool:
         """`placement.is_possible`, remembered: capability does not change within a cycle."""

@@ -46,12 +46,14 @@ class GangqPolicy:
         self.matcher = DeviceMatcher()
         self._protection = {t.name: t.min_runtime_before_preemption_s for t in self.policy.tiers}
         self._ranks = {t.name: t.rank for t in self.policy.tiers}
+        self._delay = {t.name: t.preemption_delay_s for t in self.policy.tiers}
 
     def decide(self, snapshot: Snapshot, *, now: float) -> CycleResult:
         return cycle.run_cycle(snapshot=snapshot, policy=self.policy, now=now, matcher=self.matcher)
 
     def wake_at(self, snapshot: Snapshot, *, now: float) -> float | None:
-        """When the first gang a pending job could preempt outgrows its tier's protection."""
+        """When the first gang a pending job could preempt outgrows its tier's protection, or
+        the first pending job has waited out its tier's preemption delay."""
         if not snapshot.pending:
             return None
         top = max(self._ranks[job.tier] for job in snapshot.pending)
@@ -60,6 +62,11 @@ class GangqPolicy:
             for job in snapshot.running
             if self._ranks[job.tier] < top and job.started_at + self._protection[job.tier] > now
         ]
+        ends.extend(
+            job.submitted_at + self._delay[job.tier]
+            for job in snapshot.pending
+            if job.submitted_at + self._delay[job.tier] > now
+        )
         return min(ends, default=None)
 
 

@@ -160,6 +160,11 @@ def test_settings_file_and_environment(tmp_path: Path, monkeypatch: pytest.Monke
     assert loaded.cycle_interval_s == 2.5 and loaded.database_url == "postgresql://db/gangq"
     assert loaded.tenants[0].to_core()[0].borrowing_limit == 8
     assert loaded.policy().topology_keys == ("topology.kubernetes.io/zone",)
+    defaults = {tier.name: tier.preemption_delay_s for tier in loaded.policy().tiers}
+    assert defaults == {"prod-inference": 0.0, "training": 0.0, "small": 300.0}
+    path.write_text("tiers: [{name: gold, rank: 1, preemptionDelaySeconds: 90}]\n")
+    (gold,) = config.load(path).policy().tiers
+    assert (gold.name, gold.preemption_delay_s) == ("gold", 90.0)
     path.write_text("tiers: [{name: gold}]\n")
     with pytest.raises(InvalidInputError, match="rank"):
         config.load(path)

@@ -110,6 +110,38 @@ def test_reclaim_ignores_minimum_runtime() -> None:
     assert _victims(result) == ["team-b/fresh"]
 
 
+@pytest.mark.parametrize(("waited", "evicted"), [(299.0, False), (300.0, True)])
+def test_a_small_job_reclaims_only_after_its_tiers_preemption_delay(
+    waited: float, evicted: bool
+) -> None:
+    """The small tier's preemptionDelaySeconds is 300 by default: short jobs turning over
+    usually free a device sooner than evicting a training gang would pay off."""
+    quotas = (builders.quota("team-a", 8), builders.quota("team-b", 0, borrowing_limit=8))
+    borrower = builders.gang("train", [("node-0", range(8))], tier="training", borrowed=8)
+    result = _cycle(
+        builders.job("x", tier="small", submitted_at=NOW - waited), borrower, quotas=quotas
+    )
+    assert _victims(result) == (["team-b/train"] if evicted else [])
+    if not evicted:
+        assert result.pending[JobKey("team-a/x")].code is ReasonCode.CAPACITY
+
+
+def test_a_job_still_in_its_delay_does_not_stop_an_older_one_from_preempting() -> None:
+    """Jobs alike share one verdict per cycle; whether each may preempt yet is part of it.
+    (Without backfill, the younger job's refusal is such a shared verdict.)"""
+    quotas = (builders.quota("team-a", 8), builders.quota("team-b", 0, borrowing_limit=8))
+    borrower = builders.gang("train", [("node-0", range(8))], tier="training", borrowed=8)
+    young = builders.job("young", tier="small", priority=5, submitted_at=NOW - 10)
+    old = builders.job("old", tier="small", submitted_at=NOW - 1000)
+    snapshot = Snapshot(
+        inventory=builders.cluster(1), quotas=quotas, running=(borrower,), pending=(young, old)
+    )
+    policy = Policy(backfill=False)
+    result = cycle.run_cycle(snapshot=snapshot, policy=policy, now=NOW, matcher=DeviceMatcher())
+    assert [p.job for p in result.preemptions] == [JobKey("team-a/old")]
+    assert result.order[0] == JobKey("team-a/young")
+
+
 def test_gangs_being_evicted_count_as_coming_free() -> None:
     leaving = builders.gang("leaving", [("node-0", range(4))], evicting=True)
     other = builders.gang("other", [("node-0", range(4, 8))], tier="small")

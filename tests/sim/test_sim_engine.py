@@ -120,6 +120,27 @@ def test_gangq_evicts_a_lower_tier_and_counts_the_work_lost() -> None:
     assert summary["wait_p95_s"] == {"prod-inference": 30, "small": 370}
 
 
+def test_gangq_reclaims_for_a_small_job_once_its_preemption_delay_is_over() -> None:
+    """ci/s is owed the node (nominal 8) that research borrows; the small tier waits 300 s
+    before it evicts anyone, so the simulator must wake at 400 with nothing else happening:
+    the borrower is evicted then and ci/s starts after the 30 s grace period."""
+    document = {
+        "horizon": 2000,
+        "cluster": {"nodes": 1, "racks": 1},
+        "tenants": [
+            {"name": "ci", "nominal": 8},
+            {"name": "research", "nominal": 0, "borrowingLimit": 8},
+        ],
+        "jobs": [
+            _job("research/t", 0, "training", devicesPerReplica=8, runtime=5000),
+            _job("ci/s", 100, "small", runtime=60),
+        ],
+    }
+    outcome = _run("gangq", trace.from_document(document))
+    assert outcome.records["research/t"].evictions == 1
+    assert outcome.records["ci/s"].first_started_at == 430
+
+
 def test_a_job_is_stopped_at_its_max_runtime() -> None:
     jobs = [_job("ci/s", 10, "small", runtime=900, maxRuntime=300)]
     outcome = _run("fifo-besteffort", _trace(1, jobs, horizon=1000))
