@@ -24,6 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=500, help="emulated nodes, 8 GPUs each")
     parser.add_argument("--run-seconds", type=float, default=1.0, help="simulated pod runtime")
     parser.add_argument("--concurrency", type=int, default=32, help="requests in flight")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="submit this many jobs per second (0: as fast as --concurrency allows); a rate "
+        "the cluster keeps up with measures latency without a backlog",
+    )
     parser.add_argument("--cycle-interval", type=float, default=0.1, help="controller cycle (s)")
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after (s)")
     parser.add_argument("--seed", type=int, default=1, help="random seed of the job mix")
@@ -54,6 +61,8 @@ def _stderr(text: str) -> None:
 def _check(args: argparse.Namespace) -> None:
     if args.jobs < 1 or args.tenants < 1 or args.nodes < 1 or args.concurrency < 1:
         raise InvalidInputError("--jobs, --tenants, --nodes and --concurrency must be at least 1")
+    if args.rate < 0:
+        raise InvalidInputError("--rate must be at least 0")
     if args.run_seconds < 0 or args.cycle_interval <= 0 or args.timeout <= 0:
         raise InvalidInputError(
             "--run-seconds must be at least 0, --cycle-interval and --timeout positive"

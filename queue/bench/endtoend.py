@@ -96,12 +96,16 @@ async def _submit(
     *,
     args: argparse.Namespace,
 ) -> None:
-    """Create every job with at most `--concurrency` requests in flight."""
+    """Create every job with at most `--concurrency` requests in flight; with `--rate`, job i
+    is not created before i / rate seconds from the start."""
     custom = client.CustomObjectsApi(api_client)
-    pending = iter(jobs)
+    pending = iter(enumerate(jobs))
+    started = time.monotonic()
 
     async def worker() -> None:
-        for job in pending:
+        for index, job in pending:
+            if args.rate > 0:
+                await asyncio.sleep(max(0.0, started + index / args.rate - time.monotonic()))
             body = workload.document(job, run_seconds=args.run_seconds)
             at = time.monotonic()
             try:

@@ -167,8 +167,11 @@ def is_gangq_object(obj: Mapping[str, Any]) -> bool:
     return JOB_NAME_LABEL in ((obj.get("metadata") or {}).get("labels") or {})
 
 
-def _with_pod_usage(nodes: dict[NodeName, Node], pods: Iterable[Mapping[str, Any]]) -> None:
-    """Subtract bound pods gangq did not make; gangq's own gangs are counted by the cycle."""
+def with_pod_usage(
+    nodes: Mapping[NodeName, Node], pods: Iterable[Mapping[str, Any]]
+) -> dict[NodeName, Node]:
+    """The nodes less what bound pods gangq did not make request; gangq's own gangs are
+    counted by the cycle."""
     usage: dict[NodeName, list[int]] = {}
     for pod in pods:
         spec = pod.get("spec") or {}
@@ -181,12 +184,25 @@ def _with_pod_usage(nodes: dict[NodeName, Node], pods: Iterable[Mapping[str, Any
         entry[0] += cpu
         entry[1] += memory
         entry[2] += 1
+    used = dict(nodes)
     for name, (cpu, memory, count) in usage.items():
-        node = nodes.get(name)
+        node = used.get(name)
         if node is not None:
-            nodes[name] = dataclasses.replace(
+            used[name] = dataclasses.replace(
                 node, requested_cpu_milli=cpu, requested_memory_bytes=memory, pod_count=count
             )
+    return used
+
+
+def devices_by_id(slices: Iterable[Mapping[str, Any]]) -> dict[DeviceId, Device]:
+    return {device.id: device for s in slices for device in devices_from_slice(s)}
+
+
+def held_by_others(claims: Iterable[Mapping[str, Any]]) -> frozenset[DeviceId]:
+    """Devices allocated by claims gangq did not make: never free for gangq."""
+    return frozenset(
+        device for claim in claims if not is_gangq_object(claim) for device in claim_devices(claim)
+    )
 
 
 def build_inventory(
@@ -200,19 +216,10 @@ def build_inventory(
 ) -> Inventory:
     """The inventory the cycle reads; devices held by claims gangq did not make are never free."""
     node_map = {node.name: node for node in (node_from_dict(n) for n in nodes)}
-    _with_pod_usage(node_map, pods)
-    devices: dict[DeviceId, Device] = {}
-    for resource_slice in slices:
-        for device in devices_from_slice(resource_slice):
-            devices[device.id] = device
-    held = frozenset(
-        device for claim in claims if not is_gangq_object(claim) for device in claim_devices(claim)
-    )
-    classes = {dc.name: dc for dc in (device_class_from_dict(d) for d in device_classes)}
     return Inventory(
-        nodes=node_map,
-        devices=devices,
-        device_classes=classes,
-        held_by_others=held,
+        nodes=with_pod_usage(node_map, pods),
+        devices=devices_by_id(slices),
+        device_classes={dc.name: dc for dc in (device_class_from_dict(d) for d in device_classes)},
+        held_by_others=held_by_others(claims),
         topology_keys=topology_keys,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from kubernetes_asyncio import client
@@ -36,6 +36,8 @@ WATCHED = (
 )
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
+P = TypeVar("P")
 
 
 def key_of(obj: Mapping[str, Any]) -> str:
@@ -55,6 +57,8 @@ class WatchCache:
         self.kube = kube
         self.resource = resource
         self.objects: dict[str, dict[str, Any]] = {}
+        self.version = 0
+        """Counts changes, so views built from `objects` know when to rebuild."""
         self.synced = asyncio.Event()
         self.relists = 0
         self._on_change = on_change
@@ -85,6 +89,7 @@ class WatchCache:
         self.objects = {key_of(item): item for item in listed.get("items") or []}
         self.relists += 1
         self.synced.set()
+        self.version += 1
         self._on_change()
         return str((listed.get("metadata") or {}).get("resourceVersion") or "")
 
@@ -105,6 +110,7 @@ class WatchCache:
                 self.objects.pop(key_of(obj), None)
             else:
                 self.objects[key_of(obj)] = obj
+            self.version += 1
             self._on_change()
         return version
 
@@ -120,6 +126,7 @@ class ClusterCache:
         self.version = 0
         self.caches = {r.plural: WatchCache(self.kube, r, on_change=self._touch) for r in WATCHED}
         self._inventory: tuple[int, model.Inventory] | None = None
+        self._parts: dict[str, tuple[tuple[int, ...], Any]] = {}
 
     def _touch(self) -> None:
         self.version += 1
@@ -158,40 +165,98 @@ class ClusterCache:
             return None
         if self._inventory is not None and self._inventory[0] == self.version:
             return self._inventory[1]
-        built = inventory.build_inventory(
-            slices=_readable(self.objects(resources.RESOURCE_SLICES).values(), _slice_ok),
-            nodes=_readable(self.objects(resources.NODES).values(), inventory.node_from_dict),
-            pods=_readable(self.objects(resources.PODS).values(), _pod_ok),
-            claims=_readable(
-                self.objects(resources.RESOURCE_CLAIMS).values(), inventory.claim_devices
+        built = model.Inventory(
+            nodes=self._part(
+                "usage",
+                (resources.NODES, resources.PODS),
+                lambda: inventory.with_pod_usage(self._nodes(), self._foreign_pods()),
             ),
-            device_classes=_readable(
-                self.objects(resources.DEVICE_CLASSES).values(), inventory.device_class_from_dict
+            devices=self._part("devices", (resources.RESOURCE_SLICES,), self._devices),
+            device_classes=self._part(
+                "classes",
+                (resources.DEVICE_CLASSES,),
+                lambda: {
+                    dc.name: dc
+                    for dc in _parsed(
+                        self.objects(resources.DEVICE_CLASSES).values(),
+                        inventory.device_class_from_dict,
+                    )
+                },
+            ),
+            held_by_others=self._part(
+                "held",
+                (resources.RESOURCE_CLAIMS,),
+                lambda: inventory.held_by_others(
+                    _readable(
+                        _foreign(self.objects(resources.RESOURCE_CLAIMS)), inventory.claim_devices
+                    )
+                ),
             ),
             topology_keys=self.settings.topology_keys,
         )
         self._inventory = (self.version, built)
         return built
 
+    def _part(self, name: str, kinds: tuple[Resource, ...], build: Callable[[], T]) -> T:
+        """One piece of the inventory, rebuilt only when one of `kinds` changed: gangq's own
+        pods and claims change every step, the slices and nodes seldom."""
+        versions = tuple(self.caches[kind.plural].version for kind in kinds)
+        found = self._parts.get(name)
+        if found is None or found[0] != versions:
+            found = self._parts[name] = (versions, build())
+        value: T = found[1]
+        return value
 
-def _slice_ok(obj: Mapping[str, Any]) -> object:
-    return device.devices_from_slice(obj)
+    def _nodes(self) -> dict[model.NodeName, model.Node]:
+        return self._part(
+            "nodes",
+            (resources.NODES,),
+            lambda: {
+                node.name: node
+                for node in _parsed(
+                    self.objects(resources.NODES).values(), inventory.node_from_dict
+                )
+            },
+        )
+
+    def _foreign_pods(self) -> list[dict[str, Any]]:
+        """Pods gangq did not make (only those take node room outside the cycle's count)."""
+        return _readable(
+            _foreign(self.objects(resources.PODS)),
+            lambda pod: inventory.pod_requirements(pod, owner=f"Pod {key_of(pod)}"),
+        )
+
+    def _devices(self) -> dict[device.DeviceId, device.Device]:
+        found: dict[device.DeviceId, device.Device] = {}
+        for published in _parsed(
+            self.objects(resources.RESOURCE_SLICES).values(), device.devices_from_slice
+        ):
+            found.update((d.id, d) for d in published)
+        return found
 
 
-def _pod_ok(obj: Mapping[str, Any]) -> object:
-    return inventory.pod_requirements(obj, owner=f"Pod {key_of(obj)}")
+def _foreign(objects: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Objects gangq did not make: only those hold devices or node room outside its count."""
+    return [obj for obj in objects.values() if not inventory.is_gangq_object(obj)]
+
+
+def _parsed(objects: Iterable[dict[str, Any]], parse: Callable[[dict[str, Any]], P]) -> list[P]:
+    """What `parse` makes of each object; a malformed one is logged and left out, never fatal."""
+    kept = []
+    for obj in objects:
+        try:
+            kept.append(parse(obj))
+        except (InvalidInputError, KeyError, TypeError, ValueError) as error:
+            logger.warning("ignoring unreadable %s: %s", key_of(obj), error)
+    return kept
 
 
 def _readable(
     objects: Iterable[dict[str, Any]], check: Callable[[dict[str, Any]], object]
 ) -> list[dict[str, Any]]:
-    """Objects the builders can read; a malformed one is logged and left out, never fatal."""
+    """The objects `check` can read (see `_parsed`)."""
     kept = []
     for obj in objects:
-        try:
-            check(obj)
-        except (InvalidInputError, KeyError, TypeError, ValueError) as error:
-            logger.warning("ignoring unreadable %s: %s", key_of(obj), error)
-            continue
-        kept.append(obj)
+        if _parsed([obj], check):
+            kept.append(obj)
     return kept

@@ -13,7 +13,7 @@ from gangq.queue.bench import releases
 from gangq.queue.cli import main
 
 RUN_CLI = "from gangq.queue.cli import main; main()"
-SMALL_RUN = ("--jobs", "40", "--nodes", "16", "--tenants", "5", "--timeout", "60")
+SMALL_RUN = ("--jobs", "40", "--nodes", "16", "--tenants", "5", "--timeout", "60", "--rate", "20")
 KEYS = {
     "jobs",
     "released",
@@ -27,8 +27,8 @@ KEYS = {
 
 @pytest.mark.parametrize(
     "arguments",
-    [["--jobs", "0"], ["--timeout", "-1"], ["--nodes", "0"]],
-    ids=["no-jobs", "negative-timeout", "no-nodes"],
+    [["--jobs", "0"], ["--timeout", "-1"], ["--nodes", "0"], ["--rate", "-2"]],
+    ids=["no-jobs", "negative-timeout", "no-nodes", "negative-rate"],
 )
 def test_bad_arguments_are_refused_before_anything_starts(
     capsys: pytest.CaptureFixture[str], arguments: list[str]
@@ -81,3 +81,4 @@ def test_a_small_run_releases_every_job(server_url: str) -> None:
     assert 0 < figures["release_p50_ms"] <= figures["release_p99_ms"]
     assert 0 <= figures["release_skew_p99_ms"] <= figures["release_p99_ms"]
     assert "submitting 40 jobs" in result.stderr
+    assert figures["duration_s"] >= 39 / 20, "--rate 20 paces 40 jobs over at least 1.95 s"

@@ -113,6 +113,39 @@ async def test_cluster_cache_gives_an_inventory_only_once_synced(cluster: Emulat
     assert found.topology_keys == ("gangq.dev/rack",)
 
 
+async def test_the_inventory_rebuilds_only_the_parts_whose_kind_changed(
+    cluster: Emulator, kube: Kube
+) -> None:
+    view = cache.ClusterCache(kube.api_client, settings=settings())
+    stop = asyncio.Event()
+    task = asyncio.create_task(view.run(stop))
+    try:
+        await asyncio.wait_for(view.synced.wait(), timeout=5)
+        first = view.inventory()
+        assert first is not None and first.nodes["gpu-0"].pod_count == 0
+        pod = {
+            "metadata": {"name": "other", "namespace": "default"},
+            "spec": {
+                "nodeName": "gpu-0",
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"requests": {"cpu": "2"}}}
+                ],
+            },
+        }
+        await kube.create(resources.PODS, "default", pod)
+        await wait_for(lambda: (view.inventory() or first).nodes["gpu-0"].pod_count == 1)
+        second = view.inventory()
+        assert second is not None and second.nodes["gpu-0"].requested_cpu_milli == 2000
+        assert second.devices is first.devices, "a pod does not re-read the slices"
+        cluster.kubelets.taint_device("gpu-1", "gpu-1", effect="NoSchedule")
+        await wait_for(lambda: (view.inventory() or first).devices is not first.devices)
+        third = view.inventory()
+        assert third is not None and third.nodes is second.nodes
+    finally:
+        stop.set()
+        await task
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
