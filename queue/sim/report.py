@@ -78,14 +78,17 @@ def _arrived(outcome: Outcome) -> list[JobRecord]:
 def _grouped(records: Iterable[JobRecord], key: str) -> dict[str, dict[str, float | int | None]]:
     groups: dict[str, list[float]] = {}
     for record in records:
-        if key == "tier":
-            name = record.job.tier
-        elif key == "tenant":
-            name = record.job.tenant
-        else:
-            name = record.job.shape
+        name = record.job.tier if key == "tier" else record.job.shape
         groups.setdefault(name, []).append(record.waited_s)
     return {name: _wait_stats(groups[name]) for name in sorted(groups)}
+
+
+def _by_tenant(records: Iterable[JobRecord]) -> dict[str, dict[str, dict[str, float | int | None]]]:
+    """Wait figures per tenant and tier: who pays for a policy's choices."""
+    tenants: dict[str, list[JobRecord]] = {}
+    for record in records:
+        tenants.setdefault(record.job.tenant, []).append(record)
+    return {tenant: _grouped(tenants[tenant], "tier") for tenant in sorted(tenants)}
 
 
 def _started_or(record: JobRecord, horizon: float) -> float:
@@ -128,7 +131,7 @@ def summarize(outcome: Outcome) -> dict[str, Any]:
         "wait_p95_s": {tier: stats["p95"] for tier, stats in waits_by_tier.items()},
         "wait_max_s": {tier: stats["max"] for tier, stats in waits_by_tier.items()},
         "wait_by_gang_size_s": _grouped(records, "shape"),
-        "wait_by_tenant_s": _grouped(records, "tenant"),
+        "wait_by_tenant_s": _by_tenant(records),
         "max_gang_wait_s": max((r.waited_s for r in gangs), default=None),
         "max_reservation_slip_s": _slip(records, horizon=trace.horizon_s),
         "jobs": len(records),
@@ -171,8 +174,9 @@ def _rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
         )
     for shape, stats in summary["wait_by_gang_size_s"].items():
         rows.append((f"wait p95 gang {shape}", _hours(stats["p95"])))
-    for tenant, stats in summary["wait_by_tenant_s"].items():
-        rows.append((f"wait p95 tenant {tenant}", _hours(stats["p95"])))
+    for tenant, by_tier in summary["wait_by_tenant_s"].items():
+        for tier, stats in by_tier.items():
+            rows.append((f"wait p95 {tenant} {tier}", _hours(stats["p95"])))
     rows += [
         ("longest gang wait", _hours(summary["max_gang_wait_s"])),
         ("longest start past reservation", _hours(summary["max_reservation_slip_s"])),

@@ -81,7 +81,9 @@ def test_utilization_and_busy_utilization_follow_the_timeline() -> None:
     assert summary["utilization_useful"] == summary["utilization"]
     assert summary["wait_p95_s"] == {"small": 50}
     assert summary["wait_by_gang_size_s"]["1x8"] == {"count": 1, "p50": 50, "p95": 50, "max": 50}
-    assert summary["wait_by_tenant_s"] == {"a": {"count": 2, "p50": 0, "p95": 50, "max": 50}}
+    assert summary["wait_by_tenant_s"] == {
+        "a": {"small": {"count": 2, "p50": 0, "p95": 50, "max": 50}}
+    }
     assert summary["max_gang_wait_s"] is None, "no job has more than one replica"
     assert summary["utilization"] <= summary["utilization_bound"] + 1e-9
 
@@ -101,4 +103,4 @@ def test_the_table_has_a_column_per_policy_and_a_row_per_figure() -> None:
         line.startswith("utilization ") and line.split()[-2:] == ["7.5%", "7.5%"] for line in lines
     )
     assert any(line.startswith("wait p50 / p95 / max small") for line in lines)
-    assert any(line.split()[:4] == ["wait", "p95", "tenant", "a"] for line in lines)
+    assert any(line.split()[:4] == ["wait", "p95", "a", "small"] for line in lines)
