@@ -130,6 +130,8 @@ class ControllerSettings(BaseSettings):
     status_refresh_s: float = Field(default=30.0, ge=0)
     """A queued job's status is rewritten for a new position or reason at most this often
     (a phase change is written at once); `GET /v1/jobs` always has the current position."""
+    status_moves_per_step: int = Field(default=50, ge=1)
+    """Of those queue moves, at most this many are written per step (the stalest first)."""
     leader_retry_s: float = Field(default=2.0, gt=0)
     """How often a follower tries to take leadership (bounds the takeover time)."""
     restart_backoff_s: float = Field(default=10.0, ge=0)

@@ -28,6 +28,9 @@ from gangq.queue.kube.client import KubeError
 from gangq.queue.store import jobs, leader, reservations, snapshot, timestamps
 
 logger = logging.getLogger(__name__)
+DRIVES_IN_FLIGHT = 32
+"""Gangs driven at once: a burst of admissions must not queue hundreds of requests on the
+API server, where the last would time out and be retried, adding to the load."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +172,13 @@ class Gangs:
                 d for d, dev in inventory.devices.items() if dev.is_evicting
             ),
         )
-        await asyncio.gather(*(self._drive(h, facts, records) for h in held))
+        limit = asyncio.Semaphore(DRIVES_IN_FLIGHT)
+
+        async def drive(h: Held) -> None:
+            async with limit:
+                await self._drive(h, facts, records)
+
+        await asyncio.gather(*(drive(h) for h in held))
 
     async def _drive(
         self, held: Held, facts: _Facts, records: Mapping[str, jobs.JobRecord]

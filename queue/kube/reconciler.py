@@ -79,7 +79,7 @@ class Reconciler:
         self.matcher = DeviceMatcher()
         self.policy = settings.policy()
         self.known: set[str] = set()
-        self.problems: dict[str, str] = {}
+        self.problems: dict[str, status.Refusal] = {}
         self.tenants_epoch: int | None = None
         self.shown: dict[str, _Shown] = {}
         """Job uid -> the last status write, so a write the cache has not seen is not repeated."""
@@ -160,7 +160,7 @@ class Reconciler:
                     job, tenant=self.view.tenant_of(str(meta.get("namespace")))
                 )
             except InvalidInputError as error:
-                self.problems[uid] = str(error)
+                self.problems[uid] = status.Refusal(str(error), invalid=True)
                 continue
             fresh.append((job, pending))
         marked = await asyncio.gather(
@@ -176,11 +176,12 @@ class Reconciler:
                 try:
                     await self._enqueue([pending])
                 except ConflictError as error:
-                    self.problems[pending.uid] = (
-                        f"waiting for the previous job {pending.key} to end: {error}"
+                    self.problems[pending.uid] = status.Refusal(
+                        f"waiting for the previous job {pending.key} to end: {error}",
+                        invalid=False,
                     )
                 except InvalidInputError as error:
-                    self.problems[pending.uid] = str(error)
+                    self.problems[pending.uid] = status.Refusal(str(error), invalid=True)
 
     async def _enqueue(self, batch: list[model.PendingJob]) -> None:
         async with self.writes.transaction() as session:
@@ -353,6 +354,7 @@ class Reconciler:
         }
         updates: list[tuple[dict[str, Any], dict[str, Any]]] = []
         shown: dict[str, _Shown] = {}
+        moved: list[tuple[float, str, dict[str, Any], dict[str, Any], _Shown]] = []
         clock = self.clock()
         for job in list(self.view.objects(resources.TRAINING_JOBS).values()):
             meta = job.get("metadata") or {}
@@ -382,15 +384,24 @@ class Reconciler:
                 "releaseSkewMs"
             ):
                 continue
-            if (
-                last is not None
-                and status.only_queue_moved(current, wanted)
-                and clock - last.at < self.settings.status_refresh_s
-            ):
+            body = {"status": status.merged_conditions(current, wanted)}
+            if last is not None and status.only_queue_moved(current, wanted):
+                if clock - last.at >= self.settings.status_refresh_s:
+                    moved.append((last.at, uid, job, body, _Shown(version, wanted, clock)))
                 continue
             shown[uid] = _Shown(version=version, status=wanted, at=clock)
-            updates.append((job, {"status": status.merged_conditions(current, wanted)}))
+            updates.append((job, body))
+        # Queue moves are churn in proportion to the queue's length: the stalest go first, a
+        # bounded number per step, so a long queue cannot crowd out the API server.
+        moved.sort(key=lambda entry: (entry[0], entry[1]))
+        for _, uid, job, body, written in moved[: self.settings.status_moves_per_step]:
+            shown[uid] = written
+            updates.append((job, body))
         self.shown = shown
+        await self._write_statuses(updates)
+
+    async def _write_statuses(self, updates: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+        """Send the status patches concurrently; a refused one is tried again next step."""
         limit = asyncio.Semaphore(STATUS_WRITES_IN_FLIGHT)
 
         async def write(job: dict[str, Any], body: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ only when they differ from what the cluster already shows.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gangq.queue.core import model
@@ -42,21 +43,35 @@ def _condition(kind: str, state: bool, reason: str, message: str, *, now: str) -
     }
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a TrainingJob could not be queued: a spec to fix, or (not `invalid`) a name still
+    held by an earlier job of the same name that has not ended."""
+
+    message: str
+    invalid: bool
+
+
 def desired(
     record: jobs.JobRecord | None,
     *,
     placement: tuple[model.ReplicaPlacement, ...],
-    problem: str | None,
+    problem: Refusal | None,
     now: str,
 ) -> dict[str, Any]:
     """The status gangq wants shown; `problem` is why the job was refused at the edge (it has
     no record then). A job neither queued nor refused yet gets no status at all."""
     if record is None:
         assert problem is not None, "a job that is neither queued nor refused has no status"
+        reason, kind = (
+            (f"invalid: {problem.message}", "InvalidSpec")
+            if problem.invalid
+            else (problem.message, "NameInUse")
+        )
         return {
             "phase": "Queued",
-            "reason": f"invalid: {problem}",
-            "conditions": [_condition("Admissible", False, "InvalidSpec", problem, now=now)],
+            "reason": reason,
+            "conditions": [_condition("Admissible", False, kind, problem.message, now=now)],
         }
     reason = record.reason.message if record.reason else ""
     invalid = record.reason is not None and str(record.reason.code) == "invalid"

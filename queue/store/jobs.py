@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, cast
 
-from sqlalchemy import func, select, text
+from sqlalchemy import ARRAY, Text, any_, bindparam, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -349,7 +351,39 @@ async def resume(session: AsyncSession, key: str, *, at: float, actor: str) -> N
     await _record(session, row, kind=EventKind.RESUMED, actor=actor, at=at, reason="resumed")
 
 
-def _record_view(row: JobRow) -> JobRecord:
+class _RecordFields(Protocol):
+    """The columns a `JobRecord` is made of: a `JobRow`, or a row of `_RECORD_COLUMNS`."""
+
+    namespace: str
+    name: str
+    uid: str
+    tenant: str
+    tier: str
+    priority: int
+    replicas: int
+    devices_per_replica: int
+    device_class: str
+    phase: str
+    submitted_at: datetime
+    admitted_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    queue_position: int | None
+    pending_code: str | None
+    pending_message: str | None
+    attempts: int
+    preemptions: int
+    restarts: int
+    borrowed: int
+    evicting: bool
+    reserved_start_at: datetime | None
+
+
+_RECORD_COLUMNS = tuple(getattr(JobRow, name) for name in _RecordFields.__annotations__)
+"""Selected alone for long lists: the job's spec (JSON) is not decoded for nothing."""
+
+
+def _record_view(row: _RecordFields) -> JobRecord:
     reason = None
     if row.pending_code is not None:
         reason = explain.PendingReason(
@@ -418,10 +452,13 @@ async def live_and_chosen(session: AsyncSession, *, uids: Collection[str]) -> di
     The controller's per-step view: finished jobs pile up without bound, and it needs only
     the few whose end the cluster does not show yet.
     """
-    rows = await session.scalars(
-        select(JobRow).where(JobRow.phase.not_in(FINISHED_PHASES) | JobRow.uid.in_(sorted(uids)))
+    chosen = bindparam("chosen", sorted(uids), type_=ARRAY(Text))
+    rows = await session.execute(
+        select(*_RECORD_COLUMNS).where(
+            JobRow.phase.not_in(FINISHED_PHASES) | (JobRow.uid == any_(chosen))
+        )
     )
-    return {row.uid: _record_view(row) for row in rows}
+    return {row.uid: _record_view(cast(_RecordFields, row)) for row in rows}
 
 
 async def get_job(session: AsyncSession, key: str) -> JobDetail | None:

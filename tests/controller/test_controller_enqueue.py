@@ -41,6 +41,7 @@ async def test_a_burst_is_queued_at_once_and_a_name_conflict_stays_with_its_job(
 
     await wait_for(lambda: _admissible(harness, "dup").get("status") == "False")
     assert "waiting for the previous job ml-train/dup" in _admissible(harness, "dup")["message"]
+    assert _admissible(harness, "dup")["reason"] == "NameInUse", "the spec itself is fine"
     await wait_for(lambda: all(harness.phase(name) == "Running" for name in names), within_s=30)
     async with sessions() as session:
         listed = await jobs.list_jobs(session)

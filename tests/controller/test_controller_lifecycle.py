@@ -37,6 +37,8 @@ async def test_invalid_jobs_get_a_condition_that_names_the_problem(harness: Harn
     )
     await wait_for(lambda: _condition(harness, "weird", "Admissible").get("status") == "False")
     assert "unknown tier 'nightly'" in _condition(harness, "weird", "Admissible")["message"]
+    assert _condition(harness, "weird", "Admissible")["reason"] == "InvalidSpec"
+    assert (harness.job("weird") or {})["status"]["reason"].startswith("invalid: ")
     await wait_for(
         lambda: (
             (harness.job("huge") or {}).get("status", {}).get("reason", "").startswith("capacity")

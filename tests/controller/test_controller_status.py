@@ -46,3 +46,26 @@ async def test_a_queue_move_is_shown_at_a_bounded_rate_and_a_phase_change_at_onc
     await harness.kube.delete(resources.TRAINING_JOBS, "ml-train", "blocker")
     await wait_for(lambda: harness.phase("waiting") in ("Admitted", "Running"))
     assert _status(harness, "waiting").get("queuePosition") is None
+
+
+async def test_a_bounded_number_of_queue_moves_per_step_still_reaches_every_job(
+    harness: Harness,
+) -> None:
+    """One move shown per step, the stalest first: every waiting job is shown its new place."""
+    harness.start(status_refresh_s=0.0, status_moves_per_step=1)
+    await harness.kube.create(
+        resources.TRAINING_JOBS, "ml-train", training_job("blocker", run_seconds=None)
+    )
+    await wait_for(lambda: harness.phase("blocker") == "Running")
+    names = ["head", "second", "third", "fourth"]
+    for name in names:
+        await harness.kube.create(
+            resources.TRAINING_JOBS, "ml-train", training_job(name, run_seconds=None)
+        )
+        await wait_for(lambda n=name: _status(harness, n).get("queuePosition") is not None)
+        await asyncio.sleep(1.1)  # creation timestamps have whole seconds: no tie in the order
+    assert [_status(harness, n)["queuePosition"] for n in names] == [1, 2, 3, 4]
+    await harness.kube.delete(resources.TRAINING_JOBS, "ml-train", "head")
+    await wait_for(
+        lambda: [_status(harness, n).get("queuePosition") for n in names[1:]] == [1, 2, 3]
+    )
