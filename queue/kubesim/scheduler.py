@@ -48,8 +48,6 @@ class Scheduler:
     _gone: list[dict[str, Any]] = field(default_factory=list)
     _candidates: set[tuple[str, str]] = field(default_factory=set)
     """Pods that were pending when last written, so a cycle need not scan every pod."""
-    _devices: tuple[int, dict[str, list[Any]]] = (-1, {})
-    """(ResourceSlice revision, devices by node): rebuilt only when a slice changes."""
 
     def _track(self, pod: dict[str, Any], *, deleted: bool) -> None:
         key = (pod["metadata"].get("namespace") or "", pod["metadata"]["name"])
@@ -129,18 +127,12 @@ class Scheduler:
             nodes=[dict(node) for node in storage.items(kinds.NODES.key)],
             used=used,
             counts=counts,
-            devices=self._devices_by_node(),
+            devices=storage.derived(
+                kinds.RESOURCE_SLICES.key, "devices-by-node", allocation.devices_by_node
+            ),
             held=allocation.allocated_devices(storage.items(kinds.RESOURCE_CLAIMS.key)),
             classes={c["metadata"]["name"]: c for c in storage.items(kinds.DEVICE_CLASSES.key)},
         )
-
-    def _devices_by_node(self) -> dict[str, list[Any]]:
-        storage = self.registry.storage
-        revision = storage.revision(kinds.RESOURCE_SLICES.key)
-        if self._devices[0] != revision:
-            slices = storage.items(kinds.RESOURCE_SLICES.key)
-            self._devices = (revision, allocation.devices_by_node(slices))
-        return self._devices[1]
 
     def _claims(self, pod: dict[str, Any]) -> list[dict[str, Any]] | str:
         namespace = pod["metadata"]["namespace"]

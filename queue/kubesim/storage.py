@@ -12,10 +12,11 @@ import asyncio
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gangq.queue.kubesim.clone import clone
 
+T = TypeVar("T")
 ADDED = "ADDED"
 MODIFIED = "MODIFIED"
 DELETED = "DELETED"
@@ -62,7 +63,8 @@ class Storage:
     _order: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     """Sorted keys per resource, rebuilt lazily after a create or a delete."""
     _revisions: dict[str, int] = field(default_factory=dict)
-    """Resource -> resourceVersion of its last change, so readers can cache derived views."""
+    """Resource -> resourceVersion of its last change, so derived views know when to rebuild."""
+    _derived: dict[tuple[str, str], tuple[int, Any]] = field(default_factory=dict)
     _uids: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     _dependents: dict[str, set[tuple[str, str, str]]] = field(default_factory=dict)
     """Owner uid -> (resource, namespace, name) of objects naming it in ownerReferences."""
@@ -85,9 +87,17 @@ class Storage:
             if (namespace is None or key[0] == namespace) and key in bucket:
                 yield bucket[key]
 
-    def revision(self, resource: str) -> int:
-        """Changes whenever an object of `resource` is created, updated or removed."""
-        return self._revisions.get(resource, 0)
+    def derived(
+        self, resource: str, name: str, build: Callable[[Iterator[dict[str, Any]]], T]
+    ) -> T:
+        """`build` over every object of `resource`, remembered under `name` until one of them
+        changes: hot paths read views of kinds that seldom change (the scheduler's devices)."""
+        revision = self._revisions.get(resource, 0)
+        found = self._derived.get((resource, name))
+        if found is None or found[0] != revision:
+            found = self._derived[(resource, name)] = (revision, build(self.items(resource)))
+        value: T = found[1]
+        return value
 
     def put(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Store a create or an update under a new resourceVersion; returns a copy."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from gangq.queue.kubesim.clone import clone
 from gangq.queue.kubesim.storage import Storage
 
@@ -19,15 +22,22 @@ def test_a_clone_is_equal_and_shares_nothing_mutable() -> None:
     }
 
 
-def test_a_resources_revision_moves_with_its_own_changes_only() -> None:
+def test_a_derived_view_is_rebuilt_after_changes_of_its_own_resource_only() -> None:
     storage = Storage()
-    assert storage.revision("slices") == 0
+    builds: list[list[str]] = []
+
+    def names(objects: Iterator[dict[str, Any]]) -> list[str]:
+        builds.append([o["metadata"]["name"] for o in objects])
+        return builds[-1]
+
+    assert storage.derived("slices", "names", names) == []
     storage.put("slices", {"metadata": {"name": "s1"}})
-    first = storage.revision("slices")
+    assert storage.derived("slices", "names", names) == ["s1"]
     storage.put("pods", {"metadata": {"namespace": "ns", "name": "p"}})
-    assert storage.revision("slices") == first
+    assert storage.derived("slices", "names", names) == ["s1"]
+    assert len(builds) == 2, "a pod does not rebuild a view of the slices"
     storage.put("slices", {"metadata": {"name": "s1"}, "spec": {}})
-    updated = storage.revision("slices")
-    assert updated > first
+    storage.derived("slices", "names", names)
     storage.remove("slices", "", "s1")
-    assert storage.revision("slices") > updated
+    assert storage.derived("slices", "names", names) == []
+    assert len(builds) == 4

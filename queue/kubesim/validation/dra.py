@@ -10,6 +10,7 @@ each such allocation in `phantom_allocations` for tests. It must not allocate (s
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -159,8 +160,6 @@ def _admin_allowed(registry: Registry, namespace: str) -> bool:
 @dataclass(eq=False)
 class ResourceClaimStrategy(Strategy):
     phantom_allocations: list[PhantomAllocation] = field(default_factory=list)
-    _published: tuple[int, frozenset[tuple[str, str, str]]] = (-1, frozenset())
-    """(ResourceSlice revision, every published (driver, pool, device))."""
     tracks_generation = False
     returns_deleted_object = True
 
@@ -219,24 +218,25 @@ class ResourceClaimStrategy(Strategy):
     def _record_phantoms(
         self, claim: dict[str, Any], allocation: dict[str, Any], registry: Registry
     ) -> None:
-        published = self._published_devices(registry)
+        published = registry.storage.derived(
+            kinds.RESOURCE_SLICES.key, "published-devices", _published_devices
+        )
         key = f"{claim['metadata'].get('namespace')}/{claim['metadata'].get('name')}"
         for result in (allocation.get("devices") or {}).get("results") or []:
             triple = (str(result.get("driver")), str(result.get("pool")), str(result.get("device")))
             if triple not in published:
                 self.phantom_allocations.append(PhantomAllocation(key, *triple))
 
-    def _published_devices(self, registry: Registry) -> frozenset[tuple[str, str, str]]:
-        revision = registry.storage.revision(kinds.RESOURCE_SLICES.key)
-        if self._published[0] != revision:
-            published = set()
-            for resource_slice in registry.storage.items(kinds.RESOURCE_SLICES.key):
-                spec = resource_slice.get("spec") or {}
-                pool = (spec.get("pool") or {}).get("name")
-                for device in spec.get("devices") or []:
-                    published.add((str(spec.get("driver")), str(pool), str(device.get("name"))))
-            self._published = (revision, frozenset(published))
-        return self._published[1]
+
+def _published_devices(slices: Iterable[dict[str, Any]]) -> frozenset[tuple[str, str, str]]:
+    """Every (driver, pool, device) some ResourceSlice publishes."""
+    published = set()
+    for resource_slice in slices:
+        spec = resource_slice.get("spec") or {}
+        pool = (spec.get("pool") or {}).get("name")
+        for device in spec.get("devices") or []:
+            published.add((str(spec.get("driver")), str(pool), str(device.get("name"))))
+    return frozenset(published)
 
 
 class ResourceClaimTemplateStrategy(Strategy):
