@@ -32,7 +32,6 @@ from gangq.queue.store import admission, jobs, leader, tenants
 from gangq.queue.store.errors import ConflictError, NotLeaderError, StoreError
 
 logger = logging.getLogger(__name__)
-SHOWN_AS_FINISHED = ("Succeeded", "Failed")
 STATUS_WRITES_IN_FLIGHT = 32
 """Status patches of one step sent at once: a burst of phase changes is shown in one round."""
 
@@ -195,7 +194,7 @@ class Reconciler:
         unshown = [
             str((job.get("metadata") or {}).get("uid"))
             for job in self.view.objects(resources.TRAINING_JOBS).values()
-            if (job.get("status") or {}).get("phase") not in SHOWN_AS_FINISHED
+            if (job.get("status") or {}).get("phase") not in scale.FINISHED
         ]
         async with self.sessions() as session:
             return await jobs.live_and_chosen(session, uids=unshown)
@@ -387,7 +386,9 @@ class Reconciler:
             body = {"status": status.merged_conditions(current, wanted)}
             if last is not None and status.only_queue_moved(current, wanted):
                 if clock - last.at >= self.settings.status_refresh_s:
-                    moved.append((last.at, uid, job, body, _Shown(version, wanted, clock)))
+                    moved.append(
+                        (last.at, uid, job, body, _Shown(version=version, status=wanted, at=clock))
+                    )
                 continue
             shown[uid] = _Shown(version=version, status=wanted, at=clock)
             updates.append((job, body))

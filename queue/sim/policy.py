@@ -44,9 +44,7 @@ class GangqPolicy:
     def __init__(self, *, device_class: str) -> None:
         self.policy = Policy(managed_device_classes=(device_class,))
         self.matcher = DeviceMatcher()
-        self._protection = {t.name: t.min_runtime_before_preemption_s for t in self.policy.tiers}
-        self._ranks = {t.name: t.rank for t in self.policy.tiers}
-        self._delay = {t.name: t.preemption_delay_s for t in self.policy.tiers}
+        self._tiers = {tier.name: tier for tier in self.policy.tiers}
 
     def decide(self, snapshot: Snapshot, *, now: float) -> CycleResult:
         return cycle.run_cycle(snapshot=snapshot, policy=self.policy, now=now, matcher=self.matcher)
@@ -56,16 +54,18 @@ class GangqPolicy:
         the first pending job has waited out its tier's preemption delay."""
         if not snapshot.pending:
             return None
-        top = max(self._ranks[job.tier] for job in snapshot.pending)
+        tiers = self._tiers
+        top = max(tiers[job.tier].rank for job in snapshot.pending)
         ends = [
-            job.started_at + self._protection[job.tier]
+            end
             for job in snapshot.running
-            if self._ranks[job.tier] < top and job.started_at + self._protection[job.tier] > now
+            if tiers[job.tier].rank < top
+            and (end := job.started_at + tiers[job.tier].min_runtime_before_preemption_s) > now
         ]
         ends.extend(
-            job.submitted_at + self._delay[job.tier]
+            end
             for job in snapshot.pending
-            if job.submitted_at + self._delay[job.tier] > now
+            if (end := job.submitted_at + tiers[job.tier].preemption_delay_s) > now
         )
         return min(ends, default=None)
 

@@ -380,7 +380,7 @@ class _RecordFields(Protocol):
 
 
 _RECORD_COLUMNS = tuple(getattr(JobRow, name) for name in _RecordFields.__annotations__)
-"""Selected alone for long lists: the job's spec (JSON) is not decoded for nothing."""
+"""Selected alone for lists of records: the job's spec (JSON) is not decoded for nothing."""
 
 
 def _record_view(row: _RecordFields) -> JobRecord:
@@ -432,7 +432,7 @@ async def list_jobs(
         raise InvalidInputError(f"phase {phase!r} is not one of {', '.join(PHASES)}")
     if not 1 <= limit <= 1000 or offset < 0:
         raise InvalidInputError("limit must be 1..1000 and offset >= 0")
-    query = select(JobRow)
+    query = select(*_RECORD_COLUMNS)
     if tenant is not None:
         chosen = [tenant] if isinstance(tenant, str) else sorted(tenant)
         query = query.where(JobRow.tenant.in_(chosen))
@@ -440,10 +440,12 @@ async def list_jobs(
         if value is not None:
             query = query.where(column == value)
     total = await session.scalar(select(func.count()).select_from(query.subquery()))
-    rows = await session.scalars(
+    rows = await session.execute(
         query.order_by(JobRow.submitted_at.desc(), JobRow.id.desc()).limit(limit).offset(offset)
     )
-    return JobPage(items=tuple(_record_view(row) for row in rows), total=int(total or 0))
+    return JobPage(
+        items=tuple(_record_view(cast(_RecordFields, row)) for row in rows), total=int(total or 0)
+    )
 
 
 async def live_and_chosen(session: AsyncSession, *, uids: Collection[str]) -> dict[str, JobRecord]:
