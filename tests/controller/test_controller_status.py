@@ -19,20 +19,25 @@ async def _stored_position(harness: Harness, key: str) -> int | None:
     return None if detail is None else detail.job.position
 
 
-async def test_a_queue_move_is_shown_at_a_bounded_rate_and_a_phase_change_at_once(
-    harness: Harness,
-) -> None:
-    harness.start(status_refresh_s=3600.0)
+async def _queue_behind_a_blocker(harness: Harness, names: list[str]) -> None:
+    """A running gang takes the whole cluster; `names` queue behind it in this order."""
     await harness.kube.create(
         resources.TRAINING_JOBS, "ml-train", training_job("blocker", run_seconds=None)
     )
     await wait_for(lambda: harness.phase("blocker") == "Running")
-    for name in ("head", "waiting"):
+    for name in names:
         await harness.kube.create(
             resources.TRAINING_JOBS, "ml-train", training_job(name, run_seconds=None)
         )
         await wait_for(lambda n=name: _status(harness, n).get("queuePosition") is not None)
         await asyncio.sleep(1.1)  # creation timestamps have whole seconds: no tie in the order
+
+
+async def test_a_queue_move_is_shown_at_a_bounded_rate_and_a_phase_change_at_once(
+    harness: Harness,
+) -> None:
+    harness.start(status_refresh_s=3600.0)
+    await _queue_behind_a_blocker(harness, ["head", "waiting"])
     assert _status(harness, "waiting")["queuePosition"] == 2
 
     await harness.kube.delete(resources.TRAINING_JOBS, "ml-train", "head")
@@ -53,17 +58,8 @@ async def test_a_bounded_number_of_queue_moves_per_step_still_reaches_every_job(
 ) -> None:
     """One move shown per step, the stalest first: every waiting job is shown its new place."""
     harness.start(status_refresh_s=0.0, status_moves_per_step=1)
-    await harness.kube.create(
-        resources.TRAINING_JOBS, "ml-train", training_job("blocker", run_seconds=None)
-    )
-    await wait_for(lambda: harness.phase("blocker") == "Running")
     names = ["head", "second", "third", "fourth"]
-    for name in names:
-        await harness.kube.create(
-            resources.TRAINING_JOBS, "ml-train", training_job(name, run_seconds=None)
-        )
-        await wait_for(lambda n=name: _status(harness, n).get("queuePosition") is not None)
-        await asyncio.sleep(1.1)  # creation timestamps have whole seconds: no tie in the order
+    await _queue_behind_a_blocker(harness, names)
     assert [_status(harness, n)["queuePosition"] for n in names] == [1, 2, 3, 4]
     await harness.kube.delete(resources.TRAINING_JOBS, "ml-train", "head")
     await wait_for(
