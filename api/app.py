@@ -19,10 +19,12 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException
 
-from gangq.api import auth, capacity, metrics
+from gangq.api import auth
 from gangq.api.routers import capacity as capacity_router
 from gangq.api.routers import health, jobs, queues, tenants
 from gangq.api.settings import ApiSettings, AuthMode
+from gangq.queue import metrics
+from gangq.queue.core import capacity
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.store import database

@@ -14,8 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from gangq.api import capacity
-from gangq.queue.core import model
+from gangq.queue.core import capacity, model
 from gangq.queue.store import events, jobs, tenants
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"

@@ -21,7 +21,7 @@ from kubernetes_asyncio import client
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gangq.api import metrics as api_metrics
+from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
 from gangq.queue.kube import cache, reconciler
 from gangq.queue.store import database, leader, notify
@@ -44,7 +44,7 @@ async def run_controller(
     stop: asyncio.Event,
     clock: Clock | None = None,
     cluster: cache.ClusterCache | None = None,
-    metrics: api_metrics.Metrics | None = None,
+    metrics: gangq_metrics.Metrics | None = None,
 ) -> None:
     """Run until `stop` is set; only the leader acts, a follower keeps campaigning.
 
@@ -56,7 +56,7 @@ async def run_controller(
     """
     now = clock or time.time
     view = cluster or cache.ClusterCache(api_client, settings=settings)
-    registry = metrics or api_metrics.create_metrics()
+    registry = metrics or gangq_metrics.create_metrics()
     sessions = database.session_factory(engine)
     url = engine.url.render_as_string(hide_password=False)
     leadership = leader.Leadership(url, holder=settings.holder)
@@ -71,7 +71,7 @@ async def run_controller(
                 name="gangq-leader-loop",
             )
     finally:
-        api_metrics.set_leader(registry, is_leader=False)
+        gangq_metrics.set_leader(registry, is_leader=False)
         await leadership.release()
 
 
@@ -92,7 +92,7 @@ async def _lead(
                 await _turn(work, leadership=leadership, listener=listener, stop=stop, view=view)
             except _OUTAGES as error:
                 logger.warning("database unavailable (%s); retrying", error)
-                api_metrics.set_database_up(work.metrics, is_up=False)
+                gangq_metrics.set_database_up(work.metrics, is_up=False)
                 await _pause(stop, settings.leader_retry_s)
     finally:
         await listener.close()
@@ -109,7 +109,7 @@ async def _turn(
     """One turn: campaign, then (as leader, once the caches synced) a step and a wait."""
     settings = work.settings
     is_leader = await leadership.try_acquire()
-    api_metrics.set_leader(work.metrics, is_leader=is_leader)
+    gangq_metrics.set_leader(work.metrics, is_leader=is_leader)
     if not is_leader or leadership.epoch is None:
         await _pause(stop, settings.leader_retry_s)
         return
@@ -117,7 +117,7 @@ async def _turn(
         await _first(stop.wait(), view.synced.wait(), timeout_s=settings.cycle_interval_s)
         return
     await work.step(epoch=leadership.epoch)
-    api_metrics.set_database_up(work.metrics, is_up=True)
+    gangq_metrics.set_database_up(work.metrics, is_up=True)
     await _wake(listener, view=view, stop=stop, settings=settings, work=work)
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+HTTP_LAYER_IMPORT = re.compile(r"^\s*(from|import) gangq\.api\b", re.MULTILINE)
 
 
 def test_stdlib_queue_is_not_shadowed_from_the_repo_root() -> None:
@@ -40,3 +42,18 @@ def test_every_subpackage_on_disk_is_listed_in_pyproject() -> None:
 def test_both_import_packages_ship_type_information() -> None:
     assert (ROOT / "queue" / "py.typed").exists()
     assert (ROOT / "api" / "py.typed").exists()
+
+
+def test_the_controller_never_imports_the_http_layer() -> None:
+    """`api/` serves what the controller publishes; only the commands that start both may join them.
+
+    An import the other way would tie the scheduling loop to FastAPI and its settings, and let a
+    change in the HTTP layer break admission.
+    """
+    composers = {ROOT / "queue" / "cli" / "run.py", ROOT / "queue" / "demo" / "runner.py"}
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "queue").rglob("*.py"))
+        if path not in composers and HTTP_LAYER_IMPORT.search(path.read_text())
+    ]
+    assert offenders == []

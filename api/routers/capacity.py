@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Request, status
 
-from gangq.api import capacity, schemas
+from gangq.api import schemas
 from gangq.api.deps import PrincipalDep, SessionDep
+from gangq.queue.core import capacity
 from gangq.queue.store import reservations
 
 router = APIRouter(prefix="/v1/capacity", tags=["capacity"], responses=schemas.AUTHENTICATED_ERRORS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response, status
 
-from gangq.api import metrics
+from gangq.queue import metrics
 from gangq.queue.store import database
 
 router = APIRouter(tags=["health"])

@@ -15,8 +15,8 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gangq.api import metrics as api_metrics
 from gangq.queue import config, controller
+from gangq.queue import metrics as gangq_metrics
 from gangq.queue.bench import releases, served_cluster, workload
 from gangq.queue.core import model
 from gangq.queue.core.errors import GangqError
@@ -171,7 +171,7 @@ async def _start_controller(
             engine=engine,
             stop=stop,
             cluster=cache.ClusterCache(api_client, settings=settings),
-            metrics=api_metrics.create_metrics(),
+            metrics=gangq_metrics.create_metrics(),
         ),
         name="gangq-bench-controller",
     )

@@ -82,10 +82,9 @@ async def serve(settings: Any, *, host: str, port: int, stop: asyncio.Event | No
     """Run until SIGINT/SIGTERM (or `stop`); the schema must be current before anything starts."""
     import uvicorn
 
-    from gangq.api import metrics
     from gangq.api.app import create_app
     from gangq.api.settings import ApiSettings
-    from gangq.queue import controller
+    from gangq.queue import controller, metrics
     from gangq.queue.kube import cache
     from gangq.queue.store import database, schema
 

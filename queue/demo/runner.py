@@ -23,10 +23,10 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gangq.api import metrics as api_metrics
 from gangq.api.app import create_app
 from gangq.api.settings import ApiSettings, AuthMode
 from gangq.queue import config, controller
+from gangq.queue import metrics as gangq_metrics
 from gangq.queue.core.errors import GangqError
 from gangq.queue.demo import ledger as ledger_module
 from gangq.queue.demo import player, probe, report, stack, story, watcher
@@ -293,7 +293,7 @@ async def _cancel(task: asyncio.Task[None]) -> None:
 class _Controller:
     task: asyncio.Task[None]
     cluster: cache.ClusterCache
-    metrics: api_metrics.Metrics
+    metrics: gangq_metrics.Metrics
 
     def check(self) -> None:
         """Raise when the controller stopped on its own: the story cannot go on."""
@@ -310,7 +310,7 @@ async def _start_controller(
 ) -> _Controller:
     stop = asyncio.Event()
     cluster = cache.ClusterCache(api_client, settings=settings)
-    metrics = api_metrics.create_metrics()
+    metrics = gangq_metrics.create_metrics()
     task = asyncio.create_task(
         controller.run_controller(
             settings=settings,

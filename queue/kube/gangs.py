@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gangq.api import metrics as api_metrics
+from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
 from gangq.queue.core import model
 from gangq.queue.core.errors import InvalidInputError
@@ -80,7 +80,7 @@ class Gangs:
         sessions: async_sessionmaker[AsyncSession],
         writes: leader.Fenced,
         clock: Callable[[], float],
-        metrics: api_metrics.Metrics,
+        metrics: gangq_metrics.Metrics,
         actuator: Actuator,
     ) -> None:
         self.view = view
@@ -255,7 +255,7 @@ class Gangs:
                     await self.actuator.event(gang.job, "Admitted", message, warning=False)
                 return
             self.skews_ms[gang.uid] = round(skew * 1000)
-            api_metrics.observe_release_skew(self.metrics, skew)
+            gangq_metrics.observe_release_skew(self.metrics, skew)
             # A gang built in one pass gets one event for its admission and release.
             message = (
                 f"{len(gang.placement)} replicas reserved and "
@@ -327,7 +327,7 @@ class Gangs:
         self.deadlines.pop(gang.uid, None)
         self.endings.pop((gang.uid, gang.admitted_at), None)
         if verdict.failure and not gang.is_running:
-            api_metrics.record_gang_start_failure(
+            gangq_metrics.record_gang_start_failure(
                 self.metrics, held.row.tier, reason=verdict.failure
             )
         if gang.job is not None and ending is not None:

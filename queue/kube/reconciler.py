@@ -19,10 +19,9 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gangq.api import capacity
-from gangq.api import metrics as api_metrics
+from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
-from gangq.queue.core import model
+from gangq.queue.core import capacity, model
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import cache, gangs, objects, resources, scale, status, trainingjob
@@ -56,7 +55,7 @@ class Reconciler:
         settings: ControllerSettings,
         sessions: async_sessionmaker[AsyncSession],
         clock: Callable[[], float],
-        metrics: api_metrics.Metrics,
+        metrics: gangq_metrics.Metrics,
     ) -> None:
         self.view = view
         self.settings = settings
@@ -115,7 +114,7 @@ class Reconciler:
                 epoch=epoch,
                 actor=self.settings.actor,
             )
-            api_metrics.observe_cycle(self.metrics, time.monotonic() - started)
+            gangq_metrics.observe_cycle(self.metrics, time.monotonic() - started)
             records = await self._records()
             self._count(result, records)
             held = await self.gangs.load()
@@ -207,7 +206,7 @@ class Reconciler:
             usage = report.classes.get(device_class)
             if usage is None:
                 continue
-            api_metrics.set_devices(
+            gangq_metrics.set_devices(
                 self.metrics,
                 device_class,
                 free=usage.by_state.get("free", 0),
@@ -215,7 +214,7 @@ class Reconciler:
                 held_by_others=usage.by_state.get("held_by_others", 0),
             )
             largest = max(usage.largest_gang_devices, usage.largest_replica)
-            api_metrics.set_largest_placeable_gang(self.metrics, device_class, devices=largest)
+            gangq_metrics.set_largest_placeable_gang(self.metrics, device_class, devices=largest)
         tenant_use: dict[tuple[str, str], tuple[int, int]] = {}
         for h in held:
             count = sum(len(p.devices) for p in h.placement)
@@ -224,7 +223,7 @@ class Reconciler:
                 nominal + count - h.row.borrowed,
                 borrowed + h.row.borrowed,
             )
-        api_metrics.set_tenant_devices(self.metrics, tenant_use)
+        gangq_metrics.set_tenant_devices(self.metrics, tenant_use)
 
     def _count(self, result: model.CycleResult, records: Mapping[str, jobs.JobRecord]) -> None:
         by_key = {r.key: r for r in records.values() if r.phase not in ("Succeeded", "Failed")}
@@ -232,12 +231,12 @@ class Reconciler:
             record = by_key.get(admitted.job)
             if record is not None and record.admitted_at is not None:
                 wait = record.admitted_at - record.submitted_at
-                api_metrics.record_admission(self.metrics, record.tier, wait_seconds=wait)
+                gangq_metrics.record_admission(self.metrics, record.tier, wait_seconds=wait)
         for preemption in result.preemptions:
             for victim in preemption.victims:
                 record = by_key.get(victim.job)
                 if record is not None and not record.is_evicting:
-                    api_metrics.record_preemption(self.metrics, record.tier, reason="priority")
+                    gangq_metrics.record_preemption(self.metrics, record.tier, reason="priority")
         pending: dict[tuple[str, str], int] = defaultdict(int)
         oldest: dict[str, float] = {}
         now = self.clock()
@@ -245,7 +244,7 @@ class Reconciler:
             if record.phase == "Queued":
                 pending[(record.tier, record.tenant)] += 1
                 oldest[record.tier] = max(oldest.get(record.tier, 0.0), now - record.submitted_at)
-        api_metrics.set_queue(self.metrics, pending, oldest_pending_seconds=oldest)
+        gangq_metrics.set_queue(self.metrics, pending, oldest_pending_seconds=oldest)
 
     async def _sweep(self, held: list[gangs.Held], records: Mapping[str, jobs.JobRecord]) -> None:
         """Objects of gangs that hold nothing (left by a crash) go; a deleted job whose gangs

@@ -20,9 +20,9 @@ from api_scenario import TOKENS, cluster_inventory, seed
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gangq.api import capacity
 from gangq.api.app import create_app
 from gangq.api.settings import ApiSettings
+from gangq.queue.core import capacity
 
 SERVER_START_TIMEOUT_S = 30.0
 

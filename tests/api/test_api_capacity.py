@@ -6,7 +6,7 @@ from typing import Any
 
 from api_scenario import GPU, node, resource_slice
 
-from gangq.api import capacity
+from gangq.queue.core import capacity
 from gangq.queue.core import inventory as inventory_builder
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.device import device_id

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gangq.api import metrics
+from gangq.queue import metrics
 
 
 def value(registry: metrics.Metrics, name: str, **labels: str) -> float | None:

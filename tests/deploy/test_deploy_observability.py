@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 import yaml
 
-from gangq.api import metrics
+from gangq.queue import metrics
 from gangq.queue.store import database
 
 BASE = Path(__file__).resolve().parents[2] / "deploy" / "base"
