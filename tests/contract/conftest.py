@@ -23,7 +23,8 @@ import pytest
 from gangq.queue.kubesim import kinds
 from gangq.queue.kubesim.emulator import Emulator
 
-CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "k8s-reference"
+CORPUS = Path(__file__).resolve().parent / "reference"
+"""The repository's copy of the corpus (tests/contract/test_contract_corpus.py keeps it true)."""
 TOKEN = "reference-token"
 READY_SECONDS = 0.3
 """The captured fake kubelet took a moment to start pods; reads right after binding see Pending."""
@@ -45,11 +46,6 @@ COMPARED_METADATA = (
 
 
 def load(name: str) -> dict[str, Any]:
-    if not CORPUS.is_dir():
-        pytest.skip(
-            f"reference corpus not found at {CORPUS} "
-            "(expected ../shared/k8s-reference beside the clone)"
-        )
     matches = sorted(CORPUS.glob(f"{name}*.json"))
     assert matches, f"no corpus file for {name}"
     return dict(json.loads(matches[0].read_text()))
