@@ -44,6 +44,12 @@ def register(subparsers: Any) -> None:
         help="delay before a bound pod becomes Running and Ready (default 1)",
     )
     up.add_argument(
+        "--watch-window",
+        type=int,
+        default=None,
+        help="events a watch can resume from before it gets 410 Expired (default 5000)",
+    )
+    up.add_argument(
         "--token",
         default=None,
         help="require this bearer token (default: no authentication; kubectl sends no token "
@@ -56,6 +62,8 @@ def _check(args: argparse.Namespace) -> None:
     for name in ("nodes", "gpus_per_node", "racks"):
         if getattr(args, name) < 1:
             raise InvalidInputError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.watch_window is not None and args.watch_window < 1:
+        raise InvalidInputError("--watch-window must be at least 1")
     if not 0 <= args.port <= 65535:
         raise InvalidInputError("--port must be between 0 and 65535")
     for path in args.crd:
@@ -75,6 +83,8 @@ async def _serve(args: argparse.Namespace) -> None:
         ready_seconds=args.ready_seconds,
         token=args.token,
     )
+    if args.watch_window is not None:
+        emulator.history_size = args.watch_window
     async with emulator as cluster:
         args.kubeconfig.write_text(yaml.safe_dump(cluster.kubeconfig(), sort_keys=False))
         print(

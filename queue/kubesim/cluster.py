@@ -11,6 +11,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from gangq.queue.kubesim import discovery
+
 RACK_LABEL = "gangq.dev/rack"
 DRIVER = "gpu.nvidia.com"
 PRODUCT_NAME = "NVIDIA H100 80GB HBM3"
@@ -70,6 +72,17 @@ def node(inventory: Inventory, index: int) -> dict[str, Any]:
                     "message": "kubelet is posting ready status",
                 }
             ],
+            "addresses": [
+                {"type": "InternalIP", "address": f"10.0.{index // 250}.{index % 250 + 1}"},
+                {"type": "Hostname", "address": name},
+            ],
+            "nodeInfo": {
+                "kubeletVersion": discovery.VERSION["gitVersion"],
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+                "osImage": "kubesim",
+                "containerRuntimeVersion": "kubesim://1",
+            },
         },
     }
 

@@ -25,7 +25,7 @@ from gangq.queue.kubesim.kubelet import Kubelets
 from gangq.queue.kubesim.registry import Registry
 from gangq.queue.kubesim.scheduler import Scheduler
 from gangq.queue.kubesim.server import ApiServer
-from gangq.queue.kubesim.storage import Storage
+from gangq.queue.kubesim.storage import WATCH_WINDOW, Storage
 from gangq.queue.kubesim.strategy import Strategy
 from gangq.queue.kubesim.validation import core, crd, dra, pods
 
@@ -49,7 +49,7 @@ def _strategies() -> dict[str, Strategy]:
     }
 
 
-def new_registry(*, history_size: int = 10_000) -> Registry:
+def new_registry(*, history_size: int = WATCH_WINDOW) -> Registry:
     """A registry with every built-in type installed and the system namespaces created."""
     registry = Registry(Storage(history_size=history_size))
     strategies = _strategies()
@@ -91,7 +91,8 @@ class Emulator:
     ready_seconds: float = 0.0
     """How long a bound pod stays Pending before its kubelet reports it Running and Ready."""
     scheduling: bool = True
-    history_size: int = 10_000
+    history_size: int = WATCH_WINDOW
+    """Events a watch can resume from; an older resourceVersion gets one 410 ERROR event."""
     bookmark_interval: float = 60.0
     faults: Faults = field(default_factory=Faults)
     registry: Registry = field(init=False)

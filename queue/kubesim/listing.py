@@ -1,8 +1,8 @@
-"""LIST semantics: resourceVersion rules, selectors, `limit`/`continue` pages and Tables.
+"""LIST semantics: resourceVersion rules, selectors and `limit`/`continue` pages.
 
 Owns the list options validation (422/410/504 Status bodies as the real server answers them),
-the continue-token format (base64url JSON `{"v","rv","start"}`) and the Table rendering used by
-`kubectl get`. Pages are cut from the current state, not from a snapshot at the token's
+the continue-token format (base64url JSON `{"v","rv","start"}`). Tables for `kubectl get` are
+rendered by `tables.py`. Pages are cut from the current state, not from a snapshot at the token's
 resourceVersion (see docs/emulator.md). It must not change any object.
 """
 
@@ -13,13 +13,10 @@ import binascii
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from gangq.queue.kubesim import kinds, selectors, status
 from gangq.queue.kubesim.storage import Storage
-
-TABLE_ACCEPT = "as=Table"
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,99 +202,3 @@ def _list_item(rt: kinds.ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
     if rt.is_custom:
         return obj
     return {key: value for key, value in obj.items() if key not in ("kind", "apiVersion")}
-
-
-def _json_path(obj: Any, path: str) -> Any:
-    current = obj
-    for part in path.strip(".").split("."):
-        if not isinstance(current, dict):
-            return None
-        current = current.get(part)
-    return current
-
-
-def _columns(rt: kinds.ResourceType) -> list[dict[str, Any]]:
-    name = {
-        "name": "Name",
-        "type": "string",
-        "format": "name",
-        "description": "Name must be unique within a namespace.",
-        "priority": 0,
-    }
-    if not rt.printer_columns:
-        created = {
-            "name": "Created At",
-            "type": "date",
-            "format": "",
-            "description": "CreationTimestamp is a timestamp representing the server time when "
-            "this object was created.",
-            "priority": 0,
-        }
-        return [name, created]
-    columns = [name]
-    for column in rt.printer_columns:
-        columns.append(
-            {
-                "name": column.get("name", ""),
-                "type": column.get("type", "string"),
-                "format": column.get("format", ""),
-                "description": column.get("description", ""),
-                "priority": int(column.get("priority", 0)),
-            }
-        )
-    return columns
-
-
-def _age(value: Any, *, now: datetime) -> Any:
-    """A date column as kubectl shows it: the time since, e.g. "5s", "3m", "2h", "4d"."""
-    if not isinstance(value, str):
-        return value
-    try:
-        then = datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return value
-    seconds = max(int((now - then).total_seconds()), 0)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= 2 * size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def as_table(
-    rt: kinds.ResourceType, listing: dict[str, Any], *, include_object: str, now: datetime
-) -> dict[str, Any]:
-    """A meta.k8s.io/v1 Table from a list (or a one-item list for GET of one object)."""
-    paths = (
-        [".metadata.creationTimestamp"]
-        if not rt.printer_columns
-        else [str(column.get("jsonPath", "")) for column in rt.printer_columns]
-    )
-    types = (
-        ["date"]
-        if not rt.printer_columns
-        else [str(column.get("type", "string")) for column in rt.printer_columns]
-    )
-    rows = []
-    for item in listing["items"]:
-        cells = [item["metadata"].get("name")] + [
-            _age(value, now=now) if kind == "date" else value
-            for kind, value in zip(types, (_json_path(item, path) for path in paths), strict=True)
-        ]
-        row: dict[str, Any] = {"cells": cells}
-        if include_object == "None":
-            row["object"] = None
-        else:
-            partial = {
-                "kind": "PartialObjectMetadata",
-                "apiVersion": "meta.k8s.io/v1",
-                "metadata": item["metadata"],
-            }
-            row["object"] = partial if include_object != "Object" else item
-        rows.append(row)
-    return {
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": {"resourceVersion": listing["metadata"]["resourceVersion"]},
-        "columnDefinitions": _columns(rt),
-        "rows": rows,
-    }

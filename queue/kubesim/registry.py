@@ -311,10 +311,18 @@ class Registry:
         *,
         subresource: str | None = None,
         field_manager: str | None = None,
+        strict: bool = False,
     ) -> Written:
+        """`strict` is `fieldValidation=Strict`: unknown fields in the result are a 400."""
         if content_type == patch.APPLY_PATCH:
             return self._apply(
-                rt, namespace, name, document, subresource=subresource, field_manager=field_manager
+                rt,
+                namespace,
+                name,
+                document,
+                subresource=subresource,
+                field_manager=field_manager,
+                strict=strict,
             )
         # Read in place: every patch function copies its target before changing it.
         old = self.peek(rt, namespace, name)
@@ -344,7 +352,7 @@ class Registry:
                 f"include: {accepted}",
                 details=False,
             )
-        return self.update(rt, namespace, name, patched, subresource=subresource)
+        return self.update(rt, namespace, name, patched, subresource=subresource, strict=strict)
 
     def _apply(
         self,
@@ -355,6 +363,7 @@ class Registry:
         *,
         subresource: str | None,
         field_manager: str | None,
+        strict: bool,
     ) -> Written:
         """Server-side apply without field ownership: create when absent, else strategic merge."""
         if not field_manager:
@@ -377,7 +386,7 @@ class Registry:
         if existing is None:
             if subresource:
                 raise status.not_found(rt.plural, rt.group, name)
-            return self.create(rt, namespace, document)
+            return self.create(rt, namespace, document, strict=strict)
         applied = patch.strategic_merge(existing, document, new_first=False)
         applied["metadata"].pop("resourceVersion", None)
-        return self.update(rt, namespace, name, applied, subresource=subresource)
+        return self.update(rt, namespace, name, applied, subresource=subresource, strict=strict)

@@ -24,9 +24,11 @@ from gangq.queue.kubesim import (
     discovery,
     kinds,
     listing,
+    openapi,
     patch,
     selectors,
     status,
+    tables,
     watch,
 )
 from gangq.queue.kubesim.faults import Faults
@@ -149,6 +151,8 @@ class ApiServer:
         if parts == ["version"]:
             return _json(discovery.VERSION, 200)
         types = list(self.registry.types.values())
+        if parts[:1] == ["openapi"]:
+            return self._openapi(request, parts[1:], types)
         aggregated = discovery.AGGREGATED_V2 in request.headers.get("Accept", "")
         if parts == ["api"]:
             if aggregated:
@@ -178,6 +182,25 @@ class ApiServer:
             gv = f"{group}/{version}" if group else version
             return _json(discovery.resource_list(gv, served), 200)
         return await self._resource(request, group, version, rest)
+
+    @staticmethod
+    def _openapi(
+        request: web.Request, parts: list[str], types: list[kinds.ResourceType]
+    ) -> web.Response:
+        """OpenAPI v3 (index and group-version documents) and v2 as JSON; v2 in protobuf,
+        all kubectl asks for by default, is not served (406 lets it fall back)."""
+        if parts == ["v3"]:
+            return _json(openapi.v3_index(types), 200)
+        if parts[:1] == ["v3"]:
+            document = openapi.v3_document(types, "/".join(parts[1:]))
+            if document is not None:
+                return _json(document, 200)
+        if parts == ["v2"]:
+            accept = request.headers.get("Accept", "")
+            if openapi.PROTOBUF_V2 in accept and "json" not in accept and "*/*" not in accept:
+                raise status.ApiError(406, "NotAcceptable", "only application/json is served")
+            return _json(openapi.v2_document(types), 200)
+        raise status.ApiError(404, "NotFound", "", text="404 page not found\n")
 
     def _target(self, group: str, version: str, rest: list[str]) -> Target:
         def lookup(plural: str) -> kinds.ResourceType:
@@ -287,6 +310,7 @@ class ApiServer:
             body,
             subresource=target.subresource,
             field_manager=query.get("fieldManager"),
+            strict=strict,
         )
         return _json(written.object, 201 if written.created else 200, warnings=written.warnings)
 
@@ -303,9 +327,9 @@ class ApiServer:
             assert target.name is not None
             found = registry.get(rt, target.namespace or "", target.name)
             result = {"metadata": found["metadata"], "items": [found]}
-        if listing.TABLE_ACCEPT in request.headers.get("Accept", ""):
+        if tables.ACCEPT in request.headers.get("Accept", ""):
             include = query.get("includeObject", "Metadata")
-            table = listing.as_table(rt, result, include_object=include, now=registry.clock())
+            table = tables.as_table(rt, result, include_object=include, now=registry.clock())
             return _json(table, 200)
         return _json(result if verb == "list" else result["items"][0], 200)
 

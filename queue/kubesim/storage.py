@@ -17,6 +17,9 @@ from typing import Any, TypeVar
 from gangq.queue.kubesim.clone import clone
 
 T = TypeVar("T")
+WATCH_WINDOW = 5_000
+"""Events kept for watches to resume from by default: small enough that a client which falls
+behind a busy cluster meets 410 Expired and exercises its relist path, as on a real server."""
 ADDED = "ADDED"
 MODIFIED = "MODIFIED"
 DELETED = "DELETED"
@@ -51,7 +54,7 @@ def object_key(obj: dict[str, Any]) -> tuple[str, str]:
 
 @dataclass(slots=True)
 class Storage:
-    history_size: int = 10_000
+    history_size: int = WATCH_WINDOW
     resource_version: int = 1
     compacted: int = 1
     """Events with a resourceVersion above this are still in the history."""

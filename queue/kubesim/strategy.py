@@ -17,6 +17,20 @@ if TYPE_CHECKING:
 NON_SPEC_KEYS = frozenset({"metadata", "status", "kind", "apiVersion"})
 
 
+def fill_structs(obj: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> None:
+    """Create each missing struct along `paths`; a leaf that is not a dict is left alone."""
+    for path in paths:
+        current = obj
+        for key in path[:-1]:
+            current = current.setdefault(key, {})
+            if not isinstance(current, dict):
+                break
+        else:
+            leaf = current.get(path[-1])
+            if leaf is None:
+                current[path[-1]] = {}
+
+
 class Strategy:
     """Generic behaviour: every field kept, no validation beyond metadata."""
 
@@ -25,6 +39,9 @@ class Strategy:
     status_applies_metadata = False
     """Pods: a /status write also applies label and annotation changes (corpus 2-34)."""
     dns_label_names = False
+    empty_structs: tuple[tuple[str, ...], ...] = ()
+    """Paths of Go struct fields the real server always serializes, as `{}` when unset
+    (a Node created without spec reads back with `spec: {}`)."""
 
     def present(self, stored: dict[str, Any]) -> dict[str, Any]:
         """The API shape of a stored object (a view type converts; others return it as is)."""
@@ -46,6 +63,7 @@ class Strategy:
 
     def normalize(self, obj: dict[str, Any]) -> None:
         """Canonical form after any write (e.g. an emptied list disappears)."""
+        fill_structs(obj, self.empty_structs)
 
     def validate_create(self, obj: dict[str, Any], registry: Registry) -> list[status.Cause]:
         return []

@@ -259,3 +259,27 @@ def test_section_3_shape_helper_rejects_a_different_status() -> None:
     )()
     with pytest.raises(AssertionError):
         assert_same_shape(Case("3-21"), expected, wrong)
+
+
+async def test_section_3_pod_table_has_the_captured_columns_and_cells(reference: Replay) -> None:
+    """3-22 in full: column definitions as captured; cells but Age, IP and Node as captured
+    (the kubelets start the pods here, so their container statuses are the real shape)."""
+    for index in range(5):
+        await reference.call("POST", PODS, _list_pod(index))
+    await reference.call("POST", PODS, _list_pod(5, gated=True))
+    storage = reference.cluster.registry.storage
+
+    def started() -> bool:
+        pods = [storage.peek("/pods", "ref", f"list-{index}") or {} for index in range(5)]
+        statuses = [(p.get("status") or {}).get("containerStatuses") or [{}] for p in pods]
+        return all(s[0].get("ready") for s in statuses)
+
+    await eventually(started)
+    reply = await reference.replay("3-22")
+    expected = load("3-22")["response"]["body"]
+    assert reply.body["columnDefinitions"] == expected["columnDefinitions"]
+
+    def stable(row: dict[str, Any]) -> list[Any]:
+        return [cell for index, cell in enumerate(row["cells"]) if index not in (4, 5, 6)]
+
+    assert [stable(row) for row in reply.body["rows"]] == [stable(row) for row in expected["rows"]]

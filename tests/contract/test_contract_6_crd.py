@@ -134,7 +134,7 @@ async def _jobs_of_the_capture(reference: Replay) -> None:
 
 
 def _table(body: dict[str, Any]) -> tuple[Any, ...]:
-    columns = [(c["name"], c["type"], c.get("priority", 0)) for c in body["columnDefinitions"]]
+    columns = body["columnDefinitions"]
     rows = [row["cells"][:-1] for row in body["rows"]]
     objects = [None if row.get("object") is None else row["object"]["kind"] for row in body["rows"]]
     return columns, rows, objects

@@ -33,8 +33,33 @@ class NamespaceStrategy(Strategy):
         obj["status"] = {"phase": "Active"}
 
 
+NODE_INFO_KEYS = (
+    "machineID",
+    "systemUUID",
+    "bootID",
+    "kernelVersion",
+    "osImage",
+    "containerRuntimeVersion",
+    "kubeletVersion",
+    "kubeProxyVersion",
+    "operatingSystem",
+    "architecture",
+)
+"""NodeSystemInfo's string fields, which the real server prints even when empty (corpus 10-01)."""
+
+
 class NodeStrategy(Strategy):
     tracks_generation = False
+    empty_structs = (("spec",), ("status",))
+
+    def normalize(self, obj: dict[str, Any]) -> None:
+        super().normalize(obj)
+        node_status = obj["status"]
+        endpoints = node_status.setdefault("daemonEndpoints", {})
+        endpoints.setdefault("kubeletEndpoint", {}).setdefault("Port", 0)
+        info = node_status.setdefault("nodeInfo", {})
+        for key in NODE_INFO_KEYS:
+            info.setdefault(key, "")
 
 
 class ServiceStrategy(Strategy):
@@ -148,6 +173,7 @@ class EventsV1Strategy(Strategy):
 
 class LeaseStrategy(Strategy):
     tracks_generation = False
+    empty_structs = (("spec",),)
 
     def decode(self, obj: dict[str, Any]) -> None:
         spec = obj.get("spec") or {}
@@ -166,7 +192,8 @@ class LeaseStrategy(Strategy):
                 )
 
     def normalize(self, obj: dict[str, Any]) -> None:
-        spec = obj.get("spec") or {}
+        super().normalize(obj)
+        spec = obj["spec"]
         for key in ("acquireTime", "renewTime"):
             value = spec.get(key)
             if isinstance(value, str) and not _MICRO_TIME.fullmatch(value):

@@ -162,6 +162,7 @@ class ResourceClaimStrategy(Strategy):
     phantom_allocations: list[PhantomAllocation] = field(default_factory=list)
     tracks_generation = False
     returns_deleted_object = True
+    empty_structs = (("spec", "devices"), ("status",))
 
     def default(self, obj: dict[str, Any], registry: Registry) -> None:
         default_claim_spec(obj.setdefault("spec", {}))
@@ -241,6 +242,7 @@ def _published_devices(slices: Iterable[dict[str, Any]]) -> frozenset[tuple[str,
 
 class ResourceClaimTemplateStrategy(Strategy):
     tracks_generation = False
+    empty_structs = (("spec", "spec", "devices"),)
 
     def default(self, obj: dict[str, Any], registry: Registry) -> None:
         default_claim_spec(obj.setdefault("spec", {}).setdefault("spec", {}))
@@ -253,6 +255,8 @@ class ResourceClaimTemplateStrategy(Strategy):
 
 
 class DeviceClassStrategy(Strategy):
+    empty_structs = (("spec",),)
+
     def validate_create(self, obj: dict[str, Any], registry: Registry) -> list[status.Cause]:
         return _selector_causes("spec.selectors", (obj.get("spec") or {}).get("selectors") or [])
 

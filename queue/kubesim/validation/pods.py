@@ -123,6 +123,7 @@ def qos_class(spec: dict[str, Any]) -> str:
 
 
 class PodStrategy(Strategy):
+    empty_structs = (("spec", "securityContext"),)
     returns_deleted_object = True
     status_applies_metadata = True
 
@@ -177,6 +178,7 @@ class PodStrategy(Strategy):
     def normalize(self, obj: dict[str, Any]) -> None:
         """Empty gates disappear; the DefaultTolerationSeconds admission plugin re-adds the
         not-ready/unreachable tolerations on every write (corpus 2-52)."""
+        super().normalize(obj)
         spec = obj.get("spec")
         if not isinstance(spec, dict):
             return
