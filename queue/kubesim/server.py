@@ -340,17 +340,17 @@ class ApiServer:
             return deletion.delete(registry, rt, target.namespace or "", target.name, options)
         scope = target.namespace if rt.namespaced else None
         selection = listing.parse_filter(rt, scope, query)
-        deleted = [
-            deletion.delete(
+        deleted = []
+        for obj in [o for o in registry.storage.items(rt.store_key, scope) if selection.matches(o)]:
+            answer = deletion.delete(
                 registry,
                 rt,
                 obj["metadata"].get("namespace") or "",
                 obj["metadata"]["name"],
                 options,
             )
-            for obj in list(registry.storage.items(rt.store_key, scope))
-            if selection.matches(obj)
-        ]
+            # A kind whose DELETE answers a Status still lists the object it removed (10-40).
+            deleted.append(obj if answer.get("kind") == "Status" else answer)
         return {
             "kind": f"{rt.kind}List",
             "apiVersion": rt.api_version,

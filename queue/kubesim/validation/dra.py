@@ -10,6 +10,7 @@ each such allocation in `phantom_allocations` for tests. It must not allocate (s
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ from gangq.queue.core import cel as core_cel
 from gangq.queue.core.errors import SelectorError
 from gangq.queue.kubesim import kinds, status
 from gangq.queue.kubesim.strategy import Strategy
-from gangq.queue.kubesim.validation import meta
+from gangq.queue.kubesim.validation import meta, slices
 
 if TYPE_CHECKING:
     from gangq.queue.kubesim.registry import Registry
@@ -56,6 +57,56 @@ def _default_request(request: dict[str, Any]) -> None:
     request.setdefault("allocationMode", "ExactCount")
     if request["allocationMode"] == "ExactCount" and not request.get("count"):
         request["count"] = 1
+    for toleration in request.get("tolerations") or []:
+        if isinstance(toleration, dict):
+            toleration.setdefault("operator", "Equal")
+
+
+def _toleration_causes(path: str, tolerations: list[Any]) -> list[status.Cause]:
+    """Device tolerations (corpus 10-19, 10-20): Exists takes no value; effects as taints'."""
+    causes: list[status.Cause] = []
+    for index, given in enumerate(tolerations):
+        where = f"{path}[{index}]"
+        toleration = given or {}
+        key = str(toleration.get("key") or "")
+        if key:
+            causes += meta.qualified_name_causes(f"{where}.key", key)
+        operator = toleration.get("operator", "Equal")
+        if operator == "Exists" and toleration.get("value"):
+            causes.append(
+                status.invalid_value(
+                    f"{where}.value", toleration["value"], "must be empty for operator `Exists`"
+                )
+            )
+        elif operator not in ("Exists", "Equal"):
+            causes.append(status.not_supported(f"{where}.operator", operator, ["Equal", "Exists"]))
+        causes += slices.effect_causes(f"{where}.effect", toleration.get("effect"), required=False)
+    return causes
+
+
+def _share_id_causes(path: str, share_id: Any) -> list[status.Cause]:
+    """shareID must be a UUID in lowercase normalized form (corpus 10-23)."""
+    text = str(share_id)
+    try:
+        parsed = uuid.UUID(text)
+    except ValueError:
+        if len(text) not in (32, 36, 38, 45):
+            return [
+                status.invalid_value(
+                    path, text, f"error validating uid: invalid UUID length: {len(text)}"
+                )
+            ]
+        return [status.invalid_value(path, text, "error validating uid: invalid UUID format")]
+    if str(parsed) != text:
+        return [
+            status.invalid_value(
+                path,
+                text,
+                "uid must be in RFC 4122 normalized form, "
+                "`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` with lowercase hexadecimal characters",
+            )
+        ]
+    return []
 
 
 def default_claim_spec(spec: dict[str, Any]) -> None:
@@ -92,6 +143,7 @@ def _request_causes(
     if isinstance(count, int) and count < 0:
         causes.append(status.invalid_value(f"{path}.count", count, "must be greater than zero"))
     causes += _selector_causes(f"{path}.selectors", request.get("selectors") or [])
+    causes += _toleration_causes(f"{path}.tolerations", request.get("tolerations") or [])
     if request.get("adminAccess") and not admin_allowed:
         causes.append(
             status.forbidden(
@@ -212,6 +264,8 @@ class ResourceClaimStrategy(Strategy):
                 causes.append(
                     status.invalid_value(f"{path}.device", device, meta.DNS_LABEL_MESSAGE)
                 )
+            if result.get("shareID") is not None:
+                causes += _share_id_causes(f"{path}.shareID", result["shareID"])
         if not causes:
             self._record_phantoms(new, allocation, registry)
         return causes
@@ -267,22 +321,11 @@ class DeviceClassStrategy(Strategy):
 
 
 class ResourceSliceStrategy(Strategy):
+    def default(self, obj: dict[str, Any], registry: Registry) -> None:
+        slices.default_taints(obj.get("spec") or {}, now=registry.now())
+
     def validate_create(self, obj: dict[str, Any], registry: Registry) -> list[status.Cause]:
-        spec = obj.get("spec") or {}
-        causes: list[status.Cause] = []
-        if not spec.get("driver"):
-            causes.append(status.required("spec.driver"))
-        if not (spec.get("pool") or {}).get("name"):
-            causes.append(status.required("spec.pool.name"))
-        for index, device in enumerate(spec.get("devices") or []):
-            name = str(device.get("name") or "")
-            if not meta.is_dns_label(name):
-                causes.append(
-                    status.invalid_value(
-                        f"spec.devices[{index}].name", name, meta.DNS_LABEL_MESSAGE
-                    )
-                )
-        return causes
+        return slices.spec_causes(obj.get("spec") or {})
 
     def validate_update(
         self, new: dict[str, Any], old: dict[str, Any], registry: Registry
