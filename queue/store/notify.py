@@ -3,12 +3,16 @@
 Triggers in the schema send the notifications in the writing transaction, so a wake-up is never
 seen before its data. LISTEN runs on a dedicated asyncpg connection. A notification is a hint:
 `wait` also returns when its timeout passes (the polling safety net) and after a reconnect,
-because notifications sent while disconnected are lost.
+because notifications sent while disconnected are lost. `wait` may be cancelled at any point
+(the controller races it against other wake-ups): a (re)connect runs in a shielded task of its
+own, because asyncpg cancelled half-way through connecting leaves a future whose exception
+nobody retrieves ("unexpected connection_lost()") and drops the half-made connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from types import TracebackType
 
@@ -24,6 +28,14 @@ RECONNECTED = "reconnected"
 """Reported after the listening connection was re-established: state may have changed unseen."""
 
 logger = logging.getLogger(__name__)
+_CONNECT_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """Mark a connect's failure as seen: its waiter may have been cancelled, and the next
+    `wait` starts a fresh connect (and reports that one's failure) anyway."""
+    if not task.cancelled():
+        task.exception()
 
 
 class Listener:
@@ -34,9 +46,10 @@ class Listener:
         self._connection: asyncpg.Connection | None = None
         self._reasons: set[str] = set()
         self._woken = asyncio.Event()
+        self._connecting: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Listener:
-        await self._connect()
+        await self._reconnect()
         return self
 
     async def __aexit__(
@@ -47,10 +60,22 @@ class Listener:
     ) -> None:
         await self.close()
 
+    async def _reconnect(self) -> None:
+        """Connect, or join the connect in flight. A caller cancelled meanwhile leaves it to
+        finish: it serves the next call, or, if it failed, the next call connects again."""
+        if self._connecting is None or self._connecting.done():
+            self._connecting = asyncio.create_task(self._connect(), name="gangq-listen-connect")
+            self._connecting.add_done_callback(_retrieved)
+        await asyncio.shield(self._connecting)
+
     async def _connect(self) -> None:
         connection = await asyncpg.connect(self._dsn)
-        connection.add_termination_listener(self._on_terminated)
-        await connection.add_listener(CHANNEL, self._on_notification)
+        try:
+            connection.add_termination_listener(self._on_terminated)
+            await connection.add_listener(CHANNEL, self._on_notification)
+        except BaseException:
+            connection.terminate()
+            raise
         self._connection = connection
 
     def _on_notification(self, connection: object, pid: int, channel: str, payload: object) -> None:
@@ -65,7 +90,7 @@ class Listener:
     async def wait(self, *, timeout_s: float) -> frozenset[str]:
         """What happened since the last call; empty when the timeout passed first (poll)."""
         if self._connection is None or self._connection.is_closed():
-            await self._connect()
+            await self._reconnect()
             self._reasons.add(RECONNECTED)
         if not self._reasons:
             try:
@@ -74,13 +99,16 @@ class Listener:
             except TimeoutError:
                 return frozenset()
         if self._connection is None:
-            await self._connect()
+            await self._reconnect()
             self._reasons.add(RECONNECTED)
         reasons, self._reasons = frozenset(self._reasons), set()
         self._woken.clear()
         return reasons
 
     async def close(self) -> None:
+        if self._connecting is not None and not self._connecting.done():
+            with contextlib.suppress(*_CONNECT_ERRORS):
+                await self._connecting  # cancelling it would leave the error behind
         connection, self._connection = self._connection, None
         if connection is not None and not connection.is_closed():
             await connection.close()

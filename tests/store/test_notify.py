@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gc
+from typing import Any
+
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -82,3 +87,27 @@ async def test_a_requeue_wakes_for_the_release_and_the_job(
         detail = await jobs.get_job(session, "a/one")
     assert detail is not None
     assert (detail.job.phase, detail.job.restarts, detail.job.preemptions) == ("Queued", 1, 0)
+
+
+async def test_a_wait_cancelled_while_connecting_leaves_no_error_behind(database_url: str) -> None:
+    """The controller races `wait` against other wake-ups and cancels the losers; a wait
+    cancelled in the middle of (re)connecting must not leave asyncpg a future whose exception
+    nobody retrieves ("unexpected connection_lost()"), nor a half-made connection."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    try:
+        for turns in range(40):
+            listener = notify.Listener(database_url)
+            waiting = asyncio.create_task(listener.wait(timeout_s=0.01))
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+            await listener.close()
+            gc.collect()
+    finally:
+        loop.set_exception_handler(previous)
+    assert [f"{context.get('message')}: {context.get('exception')!r}" for context in reported] == []
