@@ -1,5 +1,8 @@
 """Fault injection: failing the next N matching requests, delaying responses, dropping watches.
 
+Failures answer 409, 429, 500 or 504 (the server's own request timeout, a Status with reason
+Timeout). A delay lasts until it is removed (`undelay`) or every rule is cleared.
+
 Owns the rules tests arm and the decision whether a request is hit. It must not know HTTP
 beyond a verb and a resource name; `server.py` consults it before serving a request.
 """
@@ -10,7 +13,7 @@ from dataclasses import dataclass, field
 
 from gangq.queue.kubesim import status
 
-_CODES = frozenset({409, 429, 500})
+_CODES = frozenset({409, 429, 500, 504})
 
 
 @dataclass(slots=True)
@@ -24,7 +27,7 @@ class _Failure:
         return self.verb in (None, verb) and self.resource in (None, resource)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Delay:
     verb: str | None
     resource: str | None
@@ -44,13 +47,20 @@ class Faults:
         """Fail the next `count` requests with this verb (get, list, watch, create, update,
         patch, delete) on this resource plural (e.g. "pods"); None matches any."""
         if code not in _CODES:
-            raise ValueError(f"injected failures use 409, 429 or 500, not {code}")
+            raise ValueError(f"injected failures use 409, 429, 500 or 504, not {code}")
         self._failures.append(_Failure(verb, resource, code, count))
 
     def delay(
         self, seconds: float, *, verb: str | None = None, resource: str | None = None
-    ) -> None:
-        self._delays.append(_Delay(verb, resource, seconds))
+    ) -> object:
+        """Delay matching requests from now on; returns the rule for `undelay`."""
+        rule = _Delay(verb, resource, seconds)
+        self._delays.append(rule)
+        return rule
+
+    def undelay(self, rule: object) -> None:
+        if rule in self._delays:
+            self._delays.remove(rule)
 
     def clear(self) -> None:
         self._failures.clear()
@@ -75,6 +85,14 @@ class Faults:
 def _error(code: int, resource: str, name: str) -> status.ApiError:
     if code == 409:
         return status.conflict(resource, "", name)
+    if code == 504:
+        return status.ApiError(
+            504,
+            "Timeout",
+            "the server was unable to return a response in the time allotted, but may still "
+            "be processing the request",
+            details={},
+        )
     if code == 429:
         return status.too_many_requests(
             "the server has received too many requests and has asked us to try again later",
