@@ -204,3 +204,28 @@ def test_settings_file_and_environment(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("GANGQ_CYCLE_INTERVAL_S", "soon")
     with pytest.raises(InvalidInputError, match="from the environment"):
         config.load(path)
+
+
+async def test_every_watch_cache_relists_when_the_window_has_moved_past_it(
+    cluster: Emulator, kube: Kube
+) -> None:
+    """A window of 8 events: after 20 changes every cache resumes from a compacted version,
+    gets the 410 ERROR event and relists, and the view is whole again (objects, inventory)."""
+    view = cache.ClusterCache(kube.api_client, settings=settings())
+    stop = asyncio.Event()
+    task = asyncio.create_task(view.run(stop))
+    try:
+        await asyncio.wait_for(view.synced.wait(), timeout=5)
+        before = {plural: watched.relists for plural, watched in view.caches.items()}
+        for index in range(20):
+            cluster.registry.create(kinds.NAMESPACES, "", {"metadata": {"name": f"ns-{index}"}})
+        cluster.drop_watches()
+        await wait_for(lambda: all(w.relists > before[plural] for plural, w in view.caches.items()))
+        await wait_for(lambda: "ns-19" in view.caches["namespaces"].objects)
+        assert cluster.registry.storage.compacted > 8
+        inventory = view.inventory()
+        assert inventory is not None and len(inventory.devices) == 16
+        assert set(view.caches["nodes"].objects) == {"gpu-0", "gpu-1"}
+    finally:
+        stop.set()
+        await task
