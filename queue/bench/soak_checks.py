@@ -69,7 +69,6 @@ class Checker:
     violations: Findings = field(default_factory=Findings)
     checks: int = 0
     rest_checks: int = 0
-    reason_differences: int = 0
     _double: set[tuple[str, ...]] = field(default_factory=set)
     _partial_since: dict[str, float] = field(default_factory=dict)
     _partial_reported: set[str] = field(default_factory=set)
