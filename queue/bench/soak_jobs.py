@@ -48,6 +48,9 @@ KINDS: tuple[Kind, ...] = (
     Kind("bad-tier", 1, 1, "no-such-tier", 0.05, invalid=True),
     Kind("too-many-replicas", 65, 1, "small", 0.06, refused=True),
 )
+IN_FLIGHT = 30
+"""At most this many valid jobs unfinished at once: the mix keeps the cluster busy, but
+arrivals beyond what it can run would only grow a queue that never drains."""
 DELETE_SHARE = 0.15
 """Of the jobs created, this share is deleted at a random moment of its life."""
 
@@ -83,6 +86,18 @@ class JobMix:
         found = self.registry.resolve(player.GROUP, player.VERSION, player.PLURAL)
         assert found is not None, "the TrainingJob CRD is installed first"
         return found
+
+    def in_flight(self) -> int:
+        """Valid jobs submitted and not yet finished (nor being deleted)."""
+        count = 0
+        for obj in self.registry.storage.items(self.resource().store_key):
+            metadata = obj.get("metadata") or {}
+            submitted = self.jobs.get(f"{metadata.get('namespace')}/{metadata.get('name')}")
+            if submitted is None or submitted.kind.invalid or metadata.get("deletionTimestamp"):
+                continue
+            if (obj.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                count += 1
+        return count
 
     def next_pause_s(self) -> float:
         return self._draw.uniform(0.2, 1.2)

@@ -16,6 +16,7 @@ import logging
 import os
 import tempfile
 import time
+import traceback
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -51,7 +52,10 @@ class LocalErrors(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.name != "asyncio" and record.exc_info:
-            self.found.append(f"soak {record.name}: {record.getMessage()[:200]}")
+            error = record.exc_info[1]
+            where = traceback.extract_tb(error.__traceback__)[-1:] if error else []
+            place = f" at {where[0].filename}:{where[0].lineno}" if where else ""
+            self.found.append(f"soak {record.name}: {record.getMessage()[:200]} {error!r}{place}")
 
     def on_loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         self.found.append(f"soak asyncio: {context.get('message')} {context.get('exception')!r}")
@@ -208,7 +212,8 @@ async def _load(
     async def submitting() -> None:
         while time.monotonic() < deadline:
             now = time.monotonic()
-            mix.submit(now=now)
+            if mix.in_flight() < soak_jobs.IN_FLIGHT:
+                mix.submit(now=now)
             for job in mix.due_deletions(now=now):
                 mix.delete(job)
             await asyncio.sleep(mix.next_pause_s())

@@ -414,8 +414,6 @@ class ApiServer:
         options = watch.WatchOptions.from_query(query, bookmark_interval=self.bookmark_interval)
         response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         response.enable_chunked_encoding()
-        await response.prepare(request)
-
         present = self.registry.strategy(rt).present
 
         async def send(event: dict[str, Any]) -> None:
@@ -424,7 +422,9 @@ class ApiServer:
             await response.write(watch.encode(event))
 
         with contextlib.suppress(ConnectionResetError):
-            # The client went away: nothing left to tell it.
+            # The client went away (even before the stream started, e.g. during an injected
+            # delay): nothing left to tell it.
+            await response.prepare(request)
             await watch.stream(rt, self.registry.storage, selection, options, send)
             await response.write_eof()
         return response
