@@ -99,6 +99,10 @@ class ApiServer:
             return await self._route(request)
         except status.ApiError as error:
             return _error(error)
+        except ConnectionResetError:
+            # The client went away mid-request (a killed controller): nobody is left to answer,
+            # and aiohttp drops a response it cannot send without logging an error.
+            return web.Response(status=499, reason="Client Closed Request")
         except (ValueError, TypeError, KeyError, AttributeError) as error:
             # Input the emulator does not anticipate: answer like the real server's panic
             # recovery instead of dropping the connection.

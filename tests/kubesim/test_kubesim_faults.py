@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
 from kubernetes_asyncio import client
 
+from gangq.queue.kubesim import kinds
 from gangq.queue.kubesim.emulator import Emulator
 
 from .conftest import Http, pod, wait_until
@@ -52,3 +54,23 @@ async def test_responses_can_be_delayed(cluster: Emulator, http: Http) -> None:
     status, _, _ = await http.request("GET", "/api/v1/nodes/gpu-0")
     assert status == 200 and time.monotonic() - started >= 0.2
     cluster.faults.clear()
+
+
+async def test_a_client_gone_mid_request_is_not_a_server_error(
+    cluster: Emulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A controller killed while sending a body: the emulator logs no error (a real server
+    does not either), and keeps serving."""
+    _reader, writer = await asyncio.open_connection("127.0.0.1", cluster.port)
+    writer.write(
+        b"POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\n"
+        b"Authorization: Bearer " + str(cluster.token).encode() + b"\r\n"
+        b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"metadata"'
+    )
+    await writer.drain()
+    await asyncio.sleep(0.05)
+    writer.close()
+    await writer.wait_closed()
+    await asyncio.sleep(0.1)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert cluster.registry.get(kinds.NAMESPACES, "", "default")["metadata"]["name"] == "default"
