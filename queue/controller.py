@@ -27,7 +27,14 @@ from gangq.queue.kube import cache, reconciler
 from gangq.queue.store import database, leader, notify
 from gangq.queue.store.errors import StoreError
 
-_OUTAGES = (StoreError, DBAPIError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+_OUTAGES = (
+    StoreError,
+    DBAPIError,
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
 """Database trouble the loop rides out: it logs, waits and tries again."""
 
 Clock = Callable[[], float]

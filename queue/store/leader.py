@@ -34,6 +34,15 @@ RAISE_EPOCH = (
 READ_EPOCH_FOR_SHARE = text("SELECT epoch FROM leadership WHERE id = 1 FOR SHARE")
 UNLOCK = "SELECT pg_advisory_unlock($1)"
 
+_CONNECTION_ERRORS = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
+"""What a lost or broken lock connection raises; asyncpg reports one whose previous operation
+was cut off by a killed backend as InternalClientError ("another operation is in progress")."""
+
 logger = logging.getLogger(__name__)
 
 
@@ -61,7 +70,7 @@ class Leadership:
                 await self._drop_connection()
                 return False
             self.epoch = int(await self._connection.fetchval(RAISE_EPOCH, self.holder))
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+        except _CONNECTION_ERRORS as error:
             logger.warning("leadership campaign of %s failed: %s", self.holder, error)
             await self._drop_connection()
             return False
@@ -76,7 +85,7 @@ class Leadership:
             return False
         try:
             await connection.fetchval("SELECT 1")
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        except _CONNECTION_ERRORS:
             logger.warning("leadership of %s lost with its connection", self.holder)
             await self._drop_connection()
             return False
@@ -87,7 +96,7 @@ class Leadership:
         if connection is not None and not connection.is_closed():
             try:
                 await connection.fetchval(UNLOCK, LOCK_KEY)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            except _CONNECTION_ERRORS:
                 logger.warning("leadership of %s: unlock failed, closing instead", self.holder)
         await self._drop_connection()
 

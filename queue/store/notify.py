@@ -111,4 +111,7 @@ class Listener:
                 await self._connecting  # cancelling it would leave the error behind
         connection, self._connection = self._connection, None
         if connection is not None and not connection.is_closed():
-            await connection.close()
+            try:
+                await connection.close()
+            except (*_CONNECT_ERRORS, asyncpg.InternalClientError):
+                connection.terminate()  # a broken connection cannot say goodbye
