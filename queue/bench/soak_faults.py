@@ -71,6 +71,9 @@ class Injector:
             "leader_kill": self._kill_leader,
             "postgres_kill": self._kill_connections,
         }
+        for replica in self.replicas:
+            if replica.crashed:
+                await replica.start()  # counted as an error already; keep two replicas
         names = list(kinds)
         if self._first_round is None:
             self._first_round = self._draw.sample(names, k=len(names))

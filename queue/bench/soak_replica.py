@@ -109,6 +109,8 @@ class Replica:
     port: int = field(default_factory=free_port)
     errors: list[str] = field(default_factory=list)
     unexpected_exits: int = 0
+    crashed: bool = False
+    """Exited on its own since the last start; the soak starts it again."""
     starts: int = 0
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     _process: asyncio.subprocess.Process | None = None
@@ -142,6 +144,7 @@ class Replica:
             env=env,
         )
         self._killed = False
+        self.crashed = False
         self.starts += 1
         self._reader = asyncio.create_task(self._read(self._process), name=f"soak-{self.name}-log")
 
@@ -158,7 +161,10 @@ class Replica:
             code = await process.wait()
             log.write(f"--- {self.name} exited with {code}\n")
         if not self._killed:
+            # An exit nobody asked for is an unhandled exception (Python printed it): count it.
             self.unexpected_exits += 1
+            self.crashed = True
+            self.errors.append(f"exited unexpectedly with status {code}")
 
     async def kill(self) -> None:
         """SIGKILL: no cleanup, as a crashed node or an OOM kill would leave it."""
