@@ -37,10 +37,22 @@ MAX_HEADER_BYTES = 16 * 1024
 START_SECONDS = 30.0
 
 
+class Config(uvicorn.Config):
+    """uvicorn's settings plus how long a request's headers may take."""
+
+    def __init__(self, app: ASGIApp, *, header_seconds: float, **options: Any) -> None:
+        super().__init__(app, **options)
+        self.header_seconds = header_seconds
+
+
 class _HeaderDeadline(H11Protocol):
     """uvicorn's h11 protocol plus a deadline for the headers of each request."""
 
     _deadline: asyncio.TimerHandle | None = None
+
+    def __init__(self, config: Config, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        self._header_seconds = config.header_seconds
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -62,7 +74,7 @@ class _HeaderDeadline(H11Protocol):
     def _arm(self) -> None:
         self._disarm()
         if not self.transport.is_closing():
-            self._deadline = self.loop.call_later(HEADER_SECONDS, self._expire)
+            self._deadline = self.loop.call_later(self._header_seconds, self._expire)
 
     def _disarm(self) -> None:
         if self._deadline is not None:
@@ -75,17 +87,18 @@ class _HeaderDeadline(H11Protocol):
             self.transport.close()
 
 
-def server_config(app: ASGIApp, **overrides: Any) -> uvicorn.Config:
+def server_config(app: ASGIApp, *, header_seconds: float = HEADER_SECONDS) -> Config:
     """uvicorn settings for gangq's ports: h11 with the header deadline, bounded connections."""
-    options: dict[str, Any] = {
-        "log_level": "warning",
-        "lifespan": "on",
-        "http": _HeaderDeadline,
-        "timeout_keep_alive": IDLE_SECONDS,
-        "limit_concurrency": MAX_CONNECTIONS,
-        "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
-    }
-    return uvicorn.Config(app, **options | overrides)
+    return Config(
+        app,
+        header_seconds=header_seconds,
+        log_level="warning",
+        lifespan="on",
+        http=_HeaderDeadline,
+        timeout_keep_alive=IDLE_SECONDS,
+        limit_concurrency=MAX_CONNECTIONS,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+    )
 
 
 class _Server(uvicorn.Server):
@@ -119,9 +132,17 @@ def listen(host: str, port: int) -> socket.socket:
 class ApiHost:
     """Every endpoint served by one thread with its own event loop; a context manager."""
 
-    def __init__(self, endpoints: Sequence[Endpoint], *, name: str = "gangq-api") -> None:
+    def __init__(
+        self,
+        endpoints: Sequence[Endpoint],
+        *,
+        name: str = "gangq-api",
+        header_seconds: float = HEADER_SECONDS,
+    ) -> None:
         self._listeners = [listen(e.host, e.port) for e in endpoints]
-        self._servers = [_Server(server_config(e.app)) for e in endpoints]
+        self._servers = [
+            _Server(server_config(e.app, header_seconds=header_seconds)) for e in endpoints
+        ]
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._error: BaseException | None = None
         self._stopping = False
