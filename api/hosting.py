@@ -176,8 +176,8 @@ class ApiHost:
         return all(server.started for server in self._servers)
 
     def check(self) -> None:
-        """Raise when the serving thread ended on its own."""
-        if not self._thread.is_alive() and self._thread.ident is not None:
+        """Raise when the serving thread ended on its own (not through `stop`)."""
+        if not self._stopping and not self._thread.is_alive() and self._thread.ident is not None:
             raise GangqError(f"the REST API stopped: {self._error!r}") from self._error
 
     def start(self) -> None:
