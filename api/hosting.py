@@ -101,7 +101,7 @@ def server_config(app: ASGIApp, *, header_seconds: float = HEADER_SECONDS) -> Co
     )
 
 
-class _Server(uvicorn.Server):
+class Server(uvicorn.Server):
     """No signal handling of its own: the process stops it through `ApiHost.stop`."""
 
     @contextlib.contextmanager
@@ -141,7 +141,7 @@ class ApiHost:
     ) -> None:
         self._listeners = [listen(e.host, e.port) for e in endpoints]
         self._servers = [
-            _Server(server_config(e.app, header_seconds=header_seconds)) for e in endpoints
+            Server(server_config(e.app, header_seconds=header_seconds)) for e in endpoints
         ]
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._error: BaseException | None = None
