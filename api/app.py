@@ -27,7 +27,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException
 
-from gangq.api import auth, bodies, headers, readiness
+from gangq.api import auth, bodies, headers, published, readiness
 from gangq.api.routers import capacity as capacity_router
 from gangq.api.routers import health, jobs, queues, tenants
 from gangq.api.settings import ApiSettings, AuthMode
@@ -62,7 +62,9 @@ def create_app(
             engine = database.create_engine(settings.database_url)
             stack.push_async_callback(engine.dispose)
             app.state.session_factory = database.session_factory(engine)
-            app.state.authenticator = authenticator or await _authenticator(settings, stack)
+            app.state.authenticator = authenticator or await _authenticator(
+                settings, stack, cluster=cluster
+            )
             database_health = readiness.DatabaseHealth()
             await database_health.check(engine, app.state.metrics)
             app.state.database_health = database_health
@@ -104,7 +106,9 @@ async def _cancel(task: asyncio.Task[None]) -> None:
     await asyncio.gather(task, return_exceptions=True)
 
 
-async def _authenticator(settings: ApiSettings, stack: AsyncExitStack) -> auth.Authenticator:
+async def _authenticator(
+    settings: ApiSettings, stack: AsyncExitStack, *, cluster: capacity.ClusterView | None
+) -> auth.Authenticator:
     if settings.auth_mode is AuthMode.TOKEN_FILE:
         if settings.token_file is None:
             raise InvalidInputError(
@@ -117,7 +121,11 @@ async def _authenticator(settings: ApiSettings, stack: AsyncExitStack) -> auth.A
         await config.load_kube_config()
     api_client = client.ApiClient()
     stack.push_async_callback(api_client.close)
-    return auth.TokenReviewAuthenticator(api_client, audiences=settings.token_review_audiences)
+    return auth.TokenReviewAuthenticator(
+        api_client,
+        audiences=settings.token_review_audiences,
+        tenant_of=cluster.tenant_of if isinstance(cluster, published.PublishedCluster) else None,
+    )
 
 
 def _is_connection_failure(error: Exception) -> bool:

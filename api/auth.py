@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -147,9 +147,17 @@ class GroupRoles:
     quota_admin: frozenset[str] = frozenset({"gangq:quota-admins"})
     tenant_prefix: str = "gangq:tenant:"
 
-    def principal(self, user: str, groups: list[str]) -> Principal:
+    def principal(
+        self, user: str, groups: list[str], *, tenant_of: TenantOf | None = None
+    ) -> Principal:
+        """`tenant_of` (namespace -> tenant) makes a service account `system:serviceaccount:NS:X`
+        a viewer of NS's tenant, so a pod can read its own tenant's jobs with a gangq token."""
         roles: set[Role] = set()
         tenants = {g[len(self.tenant_prefix) :] for g in groups if g.startswith(self.tenant_prefix)}
+        namespace = _service_account_namespace(user)
+        tenant = None if tenant_of is None or namespace is None else tenant_of(namespace)
+        if tenant is not None:
+            tenants.add(tenant)
         if tenants:
             roles.add(Role.VIEWER)
         if self.cluster_admin.intersection(groups):
@@ -157,6 +165,15 @@ class GroupRoles:
         if self.quota_admin.intersection(groups):
             roles.add(Role.QUOTA_ADMIN)
         return Principal(user=user, tenants=frozenset(tenants), roles=frozenset(roles))
+
+
+TenantOf = Callable[[str], str | None]
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+
+
+def _service_account_namespace(user: str) -> str | None:
+    namespace, _, name = user.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
+    return namespace if user.startswith(SERVICE_ACCOUNT_PREFIX) and namespace and name else None
 
 
 class TokenReviewAuthenticator:
@@ -175,6 +192,7 @@ class TokenReviewAuthenticator:
         *,
         audiences: tuple[str, ...],
         group_roles: GroupRoles = GroupRoles(),
+        tenant_of: TenantOf | None = None,
         cache_seconds: float = 30.0,
         refusal_seconds: float = 10.0,
         cache_size: int = 10_000,
@@ -185,6 +203,7 @@ class TokenReviewAuthenticator:
             raise InvalidInputError("TokenReview needs at least one audience (e.g. gangq)")
         self._api = client.AuthenticationV1Api(api_client)
         self._group_roles = group_roles
+        self._tenant_of = tenant_of
         self._audiences = audiences
         self._cache_seconds = cache_seconds
         self._refusal_seconds = refusal_seconds
@@ -235,5 +254,5 @@ class TokenReviewAuthenticator:
         if not set(status.audiences or ()) & set(self._audiences):
             return None
         return self._group_roles.principal(
-            status.user.username or "", list(status.user.groups or [])
+            status.user.username or "", list(status.user.groups or []), tenant_of=self._tenant_of
         )

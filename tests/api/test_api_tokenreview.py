@@ -138,3 +138,28 @@ async def test_an_api_server_error_is_503_naming_the_api_server(
     )
     assert retried.status_code == 200
     assert cluster.faults.injected == 1
+
+
+async def test_a_pods_projected_token_reads_its_namespaces_tenant(
+    cluster: Emulator, api_client: client.ApiClient
+) -> None:
+    """A service account's token for gangq makes it a viewer of its namespace's tenant."""
+    tenants = {"ml-train": "ml"}
+    token = cluster.token_reviews.issue(
+        "system:serviceaccount:ml-train:trainer",
+        groups=("system:serviceaccounts", "system:serviceaccounts:ml-train"),
+        audiences=GANGQ,
+    )
+    stranger = cluster.token_reviews.issue(
+        "system:serviceaccount:elsewhere:default", audiences=GANGQ
+    )
+    authenticator = auth.TokenReviewAuthenticator(
+        api_client, audiences=GANGQ, tenant_of=tenants.get
+    )
+    assert await authenticator.authenticate(token, source="a") == auth.Principal(
+        user="system:serviceaccount:ml-train:trainer",
+        tenants=frozenset({"ml"}),
+        roles=frozenset({auth.Role.VIEWER}),
+    )
+    found = await authenticator.authenticate(stranger, source="a")
+    assert found is not None and not found.roles
