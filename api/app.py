@@ -24,7 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.config.config_exception import ConfigException
-from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException
 
 from gangq.api import auth, bodies, headers, published, readiness
@@ -171,21 +171,12 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": str(error)}, status_code=status.HTTP_400_BAD_REQUEST)
 
     async def unavailable(request: Request, error: Exception) -> JSONResponse:
-        if isinstance(error, DataError):
-            # A value PostgreSQL cannot store or compare (a NUL byte in text): bad input.
-            return JSONResponse(
-                {"detail": "the request holds a value the database refuses (a NUL byte?)"},
-                status_code=status.HTTP_400_BAD_REQUEST,
-            )
-        logger.warning(
-            "database unavailable for %s %s: %s", request.method, request.url.path, error
-        )
+        logger.warning("database error for %s %s: %s", request.method, request.url.path, error)
+        detail = "the database could not answer this request; retry shortly"
         if _is_connection_failure(error):
             metrics.set_database_up(request.app.state.metrics, is_up=False)
-        return JSONResponse(
-            {"detail": "the database is unavailable; retry shortly"},
-            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
-        )
+            detail = "the database is unavailable; retry shortly"
+        return JSONResponse({"detail": detail}, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
 
     async def unprocessable(request: Request, error: Exception) -> JSONResponse:
         errors = error.errors() if isinstance(error, RequestValidationError) else []
