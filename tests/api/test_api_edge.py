@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gangq.api import hosting, published
+from gangq.api import bodies, hosting, published
 from gangq.api.app import create_app
 from gangq.api.settings import ApiSettings
 from gangq.queue.store import database, events
@@ -268,3 +268,37 @@ def test_head_slash_and_security_headers(server: str) -> None:
 def test_the_viewer_mapping_covers_the_scenario() -> None:
     view = published.PublishedCluster(published.Snapshot(None, NAMESPACE_TENANTS))
     assert view.tenant_of("team-a") == "team-a" and view.tenant_of("elsewhere") is None
+
+
+async def test_a_stalled_body_is_dropped_with_408() -> None:
+    """Finding 8: a client that stops sending its body is answered, not waited on forever."""
+    reached: list[bytes] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append((await receive())["body"])
+
+    guard = bodies.BodyGuard(app, idle_seconds=0.05)
+    sent: list[dict[str, Any]] = []
+    stalled = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        if not sent:
+            sent.append({"type": "http.request", "body": b"{", "more_body": True})
+            return sent[-1]
+        await stalled.wait()
+        raise AssertionError("never resumed")
+
+    answers: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        answers.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "PUT",
+        "path": "/anything",
+        "headers": [(b"content-length", b"100")],
+    }
+    await guard(scope, receive, send)
+    assert answers[0]["status"] == 408
+    assert reached == []
