@@ -145,9 +145,7 @@ async def _start(
         cluster=running.view,
         registry=running.metrics,
     )
-    served = await exits.enter_async_context(
-        stack.api_server(app, registry=running.metrics, port=api_port)
-    )
+    served = await exits.enter_async_context(stack.api_server(app, port=api_port))
     say(f"controller started; REST API at {served.base_url}")
     return _Parts(api_client, observed, running, served, token)
 

@@ -22,7 +22,6 @@ import yaml
 from fastapi import FastAPI
 
 from gangq.api import hosting, scrape
-from gangq.queue import metrics
 from gangq.queue.store import database
 from gangq.queue.store.errors import StoreError
 
@@ -70,7 +69,7 @@ class ServedApi:
     host: hosting.ApiHost
 
     async def wait(self) -> None:
-        """Return when the serving thread ends (it never does on its own unless it fails)."""
+        """Wait while the API serves; raises when its thread ended on its own (a failure)."""
         while True:
             self.host.check()
             await asyncio.sleep(0.5)
@@ -91,15 +90,13 @@ def token_directory() -> tempfile.TemporaryDirectory[str]:
 
 
 @contextlib.asynccontextmanager
-async def api_server(
-    app: FastAPI, *, registry: metrics.Metrics | None = None, port: int = 0
-) -> AsyncIterator[ServedApi]:
-    """Serve `app` on 127.0.0.1:`port` (0: a free one), and `registry` on a free port, from
+async def api_server(app: FastAPI, *, port: int = 0) -> AsyncIterator[ServedApi]:
+    """Serve `app` on 127.0.0.1:`port` (0: a free one) and its metrics on a free port, from
     their own thread until the context ends."""
     served = hosting.ApiHost(
         [
             hosting.Endpoint(app, API_HOST, port),
-            hosting.Endpoint(scrape.create_metrics_app(registry or app.state.metrics), API_HOST, 0),
+            hosting.Endpoint(scrape.create_metrics_app(app.state.metrics), API_HOST, 0),
         ],
         name="gangq-demo-api",
     )
