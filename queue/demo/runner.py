@@ -90,7 +90,8 @@ async def run(options: Options, *, on_outcome: Callable[[report.Outcome], None])
         if options.serve:
             options.echo(
                 f"\nREST API serving at {parts.api.base_url} (Ctrl-C to stop); try:\n"
-                f"  curl -H 'Authorization: Bearer {parts.token}' {parts.api.base_url}/v1/jobs"
+                f"  curl -H 'Authorization: Bearer {parts.token}' {parts.api.base_url}/v1/jobs\n"
+                f"metrics at {parts.api.metrics_url}/metrics"
             )
             await _serve_until_interrupted(parts.api)
     return outcome
