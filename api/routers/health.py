@@ -31,7 +31,10 @@ async def readyz(request: Request, response: Response) -> dict[str, Any]:
         "status": "ok" if health.is_up else "unavailable",
         "database": "up" if health.is_up else "down",
         "cluster": "none" if cluster is None else "synced" if cluster.inventory() else "syncing",
-        "leader": registry.registry.get_sample_value("gangq_leader") == 1,
+        # Collected alone: the whole registry would cost a pass over every tenant's series.
+        "leader": any(
+            sample.value == 1 for family in registry.leader.collect() for sample in family.samples
+        ),
     }
     if not health.is_up:
         response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE

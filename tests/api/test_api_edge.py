@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gangq.api import bodies, hosting, published
 from gangq.api.app import create_app
 from gangq.api.settings import ApiSettings
+from gangq.queue import metrics
 from gangq.queue.store import database, events
 from gangq.queue.store.models import EventKind
 
@@ -302,3 +303,16 @@ async def test_a_stalled_body_is_dropped_with_408() -> None:
     await guard(scope, receive, send)
     assert answers[0]["status"] == 408
     assert reached == []
+
+
+async def test_readyz_reports_the_database_the_cluster_view_and_leadership(
+    seeded_app: FastAPI, api: httpx.AsyncClient
+) -> None:
+    assert (await api.get("/readyz")).json() == {
+        "status": "ok",
+        "database": "up",
+        "cluster": "synced",
+        "leader": False,
+    }
+    metrics.set_leader(seeded_app.state.metrics, is_leader=True)
+    assert (await api.get("/readyz")).json()["leader"] is True
