@@ -139,7 +139,13 @@ class ApiHost:
         name: str = "gangq-api",
         header_seconds: float = HEADER_SECONDS,
     ) -> None:
-        self._listeners = [listen(e.host, e.port) for e in endpoints]
+        self._listeners: list[socket.socket] = []
+        try:
+            self._listeners.extend(listen(e.host, e.port) for e in endpoints)
+        except InvalidInputError:
+            for listener in self._listeners:
+                listener.close()
+            raise
         self._servers = [
             Server(server_config(e.app, header_seconds=header_seconds)) for e in endpoints
         ]

@@ -27,6 +27,7 @@ from gangq.api import bodies, hosting, published
 from gangq.api.app import create_app
 from gangq.api.settings import ApiSettings
 from gangq.queue import metrics
+from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.store import database, events
 from gangq.queue.store.models import EventKind
 
@@ -316,3 +317,15 @@ async def test_readyz_reports_the_database_the_cluster_view_and_leadership(
     }
     metrics.set_leader(seeded_app.state.metrics, is_leader=True)
     assert (await api.get("/readyz")).json()["leader"] is True
+
+
+def test_a_taken_port_is_a_clear_error_before_anything_serves(seeded_app: FastAPI) -> None:
+    with hosting.ApiHost([hosting.Endpoint(seeded_app, "127.0.0.1", 0)]) as served:
+        taken = int(served.urls[0].rsplit(":", 1)[1])
+        with pytest.raises(InvalidInputError, match=f"cannot listen on 127.0.0.1:{taken}"):
+            hosting.ApiHost(
+                [
+                    hosting.Endpoint(seeded_app, "127.0.0.1", 0),
+                    hosting.Endpoint(seeded_app, "127.0.0.1", taken),
+                ]
+            )
