@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gangq.queue import logconfig
 from gangq.queue.core.errors import InvalidInputError
 
 
@@ -33,16 +33,14 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--host", default="0.0.0.0", help="address of the REST API and /metrics")
     parser.add_argument("--port", type=int, default=8080, help="port of the REST API and /metrics")
-    parser.add_argument("--log-level", default="info", help="debug, info, warning or error")
+    logconfig.add_arguments(parser, level="info")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from gangq.queue import config
 
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logconfig.configure(level=args.log_level, log_format=args.log_format)
     overrides: dict[str, Any] = {}
     if args.database_url:
         overrides["database_url"] = args.database_url
@@ -103,7 +101,9 @@ async def serve(settings: Any, *, host: str, port: int, stop: asyncio.Event | No
                 cluster=cluster,
                 registry=registry,
             )
-            server = _server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+            # log_config=None: uvicorn's lines go through the root handler (text or JSON).
+            config = uvicorn.Config(app, host=host, port=port, log_level="warning", log_config=None)
+            server = _server(config)
             with _signals(stop):
                 async with asyncio.TaskGroup() as group:
                     group.create_task(

@@ -103,7 +103,7 @@ async def api_server(app: FastAPI, *, port: int = 0) -> AsyncIterator[ServedApi]
     except OSError as error:
         listener.close()
         raise InvalidInputError(f"cannot listen on {API_HOST}:{port}: {error.strerror}") from error
-    server = _Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = _Server(uvicorn.Config(app, log_level="warning", log_config=None, lifespan="on"))
     task = asyncio.create_task(server.serve(sockets=[listener]), name="gangq-demo-api")
     try:
         while not server.started:
