@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gangq.queue import logconfig
+from gangq.queue.cli import kubeclient
 from gangq.queue.core.errors import InvalidInputError
 
 
@@ -53,29 +54,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _api_client(kubeconfig: Path | None) -> Any:
-    from kubernetes_asyncio import client, config
-    from kubernetes_asyncio.config.config_exception import ConfigException
-
-    if kubeconfig is None:
-        try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-            return client.ApiClient()
-        except ConfigException:
-            pass
-    configuration = client.Configuration()
-    try:
-        await config.load_kube_config(
-            config_file=None if kubeconfig is None else str(kubeconfig),
-            client_configuration=configuration,
-        )
-    except (ConfigException, OSError) as error:
-        raise InvalidInputError(
-            f"cannot read kubeconfig {kubeconfig or '(default)'}: {error}"
-        ) from error
-    return client.ApiClient(configuration)
-
-
 async def serve(settings: Any, *, host: str, port: int, stop: asyncio.Event | None = None) -> None:
     """Run until SIGINT/SIGTERM (or `stop`); the schema must be current before anything starts."""
     import uvicorn
@@ -90,7 +68,7 @@ async def serve(settings: Any, *, host: str, port: int, stop: asyncio.Event | No
     engine = database.create_engine(database.normalize_url(settings.database_url))
     try:
         await schema.ensure_current(engine)
-        api_client = await _api_client(settings.kubeconfig)
+        api_client = await kubeclient.api_client(settings.kubeconfig)
         async with api_client:
             cluster = cache.ClusterCache(api_client, settings=settings)
             registry = metrics.create_metrics()
