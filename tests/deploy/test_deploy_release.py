@@ -108,7 +108,7 @@ async def test_kubectl_apply_f_refuses_a_folder_with_a_kustomization(tmp_path: P
 def test_release_manifest_is_the_kustomize_build_of_the_base() -> None:
     """deploy/release/gangq.yaml and deploy/crd/trainingjob.yaml are rendered, never edited:
     `python deploy/render.py` rewrites them."""
-    assert render.stale() == []
+    assert render.stale() == [], "stale: run python deploy/render.py"
     release = documents(render.RELEASE)
     assert release == list(build("base"))
     kinds = {d["kind"] for d in release}
