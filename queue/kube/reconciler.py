@@ -24,7 +24,16 @@ from gangq.queue.config import ControllerSettings
 from gangq.queue.core import capacity, model
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.kube import cache, gangs, objects, resources, scale, status, trainingjob
+from gangq.queue.kube import (
+    cache,
+    gangs,
+    objects,
+    resources,
+    retry,
+    scale,
+    status,
+    trainingjob,
+)
 from gangq.queue.kube.actuator import Actuator
 from gangq.queue.kube.client import KubeError
 from gangq.queue.store import admission, jobs, leader, tenants
@@ -417,6 +426,10 @@ class Reconciler:
                     )
                 except KubeError as error:
                     self.shown.pop(str(meta.get("uid")), None)
-                    logger.info("status of %s not written: %s", trainingjob.key_of(job), error)
+                    what = f"status of {trainingjob.key_of(job)}"
+                    if error.status == 409:
+                        retry.note_expected(error, what=what)
+                    else:
+                        logger.info("%s not written: %s", what, error)
 
         await asyncio.gather(*(write(job, body) for job, body in updates))

@@ -27,6 +27,7 @@ from gangq.queue.kubesim.scheduler import Scheduler
 from gangq.queue.kubesim.server import ApiServer
 from gangq.queue.kubesim.storage import WATCH_WINDOW, Storage
 from gangq.queue.kubesim.strategy import Strategy
+from gangq.queue.kubesim.tokenreview import TokenReviews
 from gangq.queue.kubesim.validation import core, crd, dra, pods
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -95,6 +96,8 @@ class Emulator:
     """Events a watch can resume from; an older resourceVersion gets one 410 ERROR event."""
     bookmark_interval: float = 60.0
     faults: Faults = field(default_factory=Faults)
+    token_reviews: TokenReviews = field(default_factory=TokenReviews)
+    """Tokens it issued (`token_reviews.issue(...)`), answered on POST .../tokenreviews."""
     registry: Registry = field(init=False)
     scheduler: Scheduler = field(init=False)
     kubelets: Kubelets = field(init=False)
@@ -111,8 +114,14 @@ class Emulator:
             seed(self.registry, self.inventory)
         for path in self.crds:
             install_crd(self.registry, path)
+        self.kubelets = Kubelets(self.registry, ready_seconds=self.ready_seconds)
         server = ApiServer(
-            self.registry, self.faults, token=self.token, bookmark_interval=self.bookmark_interval
+            self.registry,
+            self.faults,
+            token=self.token,
+            bookmark_interval=self.bookmark_interval,
+            token_reviews=self.token_reviews,
+            logs=self.kubelets.logs,
         )
         self._runner = web.AppRunner(server.application(), access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
@@ -121,7 +130,6 @@ class Emulator:
         self.port = int(self._runner.addresses[0][1])
         server.address = f"127.0.0.1:{self.port}"
         self.scheduler = Scheduler(self.registry)
-        self.kubelets = Kubelets(self.registry, ready_seconds=self.ready_seconds)
         if self.scheduling:
             self._tasks.append(asyncio.create_task(self.scheduler.run(), name="kubesim-scheduler"))
         self._tasks.append(asyncio.create_task(self.kubelets.run(), name="kubesim-kubelets"))

@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -32,7 +32,9 @@ from gangq.queue.kubesim import (
     watch,
 )
 from gangq.queue.kubesim.faults import Faults
+from gangq.queue.kubesim.podlogs import PodLogs
 from gangq.queue.kubesim.registry import Registry
+from gangq.queue.kubesim.tokenreview import TokenReviews
 from gangq.queue.kubesim.validation import pods
 
 log = logging.getLogger(__name__)
@@ -87,6 +89,8 @@ class ApiServer:
     token: str | None = None
     address: str = "127.0.0.1:6443"
     bookmark_interval: float = 60.0
+    token_reviews: TokenReviews = field(default_factory=TokenReviews)
+    logs: PodLogs = field(default_factory=PodLogs)
 
     def application(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -154,6 +158,8 @@ class ApiServer:
         parts = [part for part in request.path.split("/") if part]
         if parts == ["version"]:
             return _json(discovery.VERSION, 200)
+        if parts == ["apis", "authentication.k8s.io", "v1", "tokenreviews"]:
+            return await self._token_review(request)
         types = list(self.registry.types.values())
         if parts[:1] == ["openapi"]:
             return self._openapi(request, parts[1:], types)
@@ -205,6 +211,24 @@ class ApiServer:
                 raise status.ApiError(406, "NotAcceptable", "only application/json is served")
             return _json(openapi.v2_document(types), 200)
         raise status.ApiError(404, "NotFound", "", text="404 page not found\n")
+
+    async def _token_review(self, request: web.Request) -> web.Response:
+        """A create-only virtual resource: nothing is stored, the answer carries the status."""
+        if request.method != "POST":
+            raise status.ApiError(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            )
+        self.faults.check("create", "tokenreviews", name="")
+        delay = self.faults.delay_for("create", "tokenreviews")
+        if delay:
+            await asyncio.sleep(delay)
+        try:
+            body = json.loads(await request.read() or b"null")
+        except json.JSONDecodeError as error:
+            raise status.bad_request(f"the object provided is not valid JSON: {error}") from error
+        return _json(self.token_reviews.review(body), 201)
 
     def _target(self, group: str, version: str, rest: list[str]) -> Target:
         def lookup(plural: str) -> kinds.ResourceType:
@@ -284,6 +308,10 @@ class ApiServer:
     async def _dispatch(
         self, request: web.Request, target: Target, verb: str, query: dict[str, str]
     ) -> web.StreamResponse:
+        if verb == "get" and target.rt.key == kinds.PODS.key and target.subresource == "log":
+            pod = self.registry.get(kinds.PODS, target.namespace or "", target.name or "")
+            text = self.logs.read(pod, request.query)
+            return web.Response(text=text, status=200, content_type="text/plain")
         if verb in ("list", "get"):
             return self._read(request, target, verb, query)
         body = await self._body(request, target.rt)

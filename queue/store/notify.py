@@ -106,12 +106,15 @@ class Listener:
         return reasons
 
     async def close(self) -> None:
+        """Our own close is no lost connection: the termination listener goes first."""
         if self._connecting is not None and not self._connecting.done():
             with contextlib.suppress(*_CONNECT_ERRORS):
                 await self._connecting  # cancelling it would leave the error behind
         connection, self._connection = self._connection, None
-        if connection is not None and not connection.is_closed():
-            try:
-                await connection.close()
-            except (*_CONNECT_ERRORS, asyncpg.InternalClientError):
-                connection.terminate()  # a broken connection cannot say goodbye
+        if connection is not None:
+            connection.remove_termination_listener(self._on_terminated)
+            if not connection.is_closed():
+                try:
+                    await connection.close()
+                except (*_CONNECT_ERRORS, asyncpg.InternalClientError):
+                    connection.terminate()  # a broken connection cannot say goodbye

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 from typing import Any
 
 import asyncpg
+import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.store import database, jobs, notify, tenants
@@ -111,3 +113,14 @@ async def test_a_wait_cancelled_while_connecting_leaves_no_error_behind(database
     finally:
         loop.set_exception_handler(previous)
     assert [f"{context.get('message')}: {context.get('exception')!r}" for context in reported] == []
+
+
+async def test_closing_the_listener_logs_no_lost_connection(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A clean shutdown says nothing alarming; the lost connection above still warns."""
+    caplog.set_level(logging.DEBUG, logger="gangq")
+    async with notify.Listener(database_url) as listener:
+        assert await listener.wait(timeout_s=0.01) == frozenset()
+    await asyncio.sleep(0.1)  # asyncpg calls termination listeners from the event loop
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
