@@ -57,16 +57,16 @@ def _loop_errors(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> No
     loop.default_exception_handler(context)
 
 
-async def _serve(settings: Any, *, port: int) -> None:
+async def _serve(settings: Any, *, port: int, metrics_port: int) -> None:
     from gangq.queue.cli import run
 
     asyncio.get_running_loop().set_exception_handler(_loop_errors)
-    await run.serve(settings, host="127.0.0.1", port=port)
+    await run.serve(settings, host="127.0.0.1", port=port, metrics_port=metrics_port)
 
 
 def main() -> None:
-    """`python -c ENTRY --database-url URL --kubeconfig PATH --port N --holder NAME`, with
-    the REST API's token file in GANGQ_TOKEN_FILE."""
+    """`python -c ENTRY --database-url URL --kubeconfig PATH --port N --metrics-port M
+    --holder NAME`, with the REST API's token file in GANGQ_TOKEN_FILE."""
     import argparse
 
     from gangq.queue import config
@@ -75,6 +75,7 @@ def main() -> None:
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--metrics-port", type=int, required=True)
     parser.add_argument("--holder", required=True)
     args = parser.parse_args()
     logging.basicConfig(
@@ -88,7 +89,7 @@ def main() -> None:
         leader_retry_s=LEADER_RETRY_S,
         cycle_interval_s=CYCLE_INTERVAL_S,
     )
-    asyncio.run(_serve(settings, port=args.port))
+    asyncio.run(_serve(settings, port=args.port, metrics_port=args.metrics_port))
 
 
 def free_port() -> int:
@@ -107,6 +108,7 @@ class Replica:
     token_file: Path
     log: Path
     port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)
     errors: list[str] = field(default_factory=list)
     unexpected_exits: int = 0
     crashed: bool = False
@@ -138,6 +140,7 @@ class Replica:
             f"--database-url={self.database_url}",
             f"--kubeconfig={self.kubeconfig}",
             f"--port={self.port}",
+            f"--metrics-port={self.metrics_port}",
             f"--holder={self.name}",
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
