@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -31,10 +31,13 @@ from gangq.queue.kubesim import (
 )
 from gangq.queue.kubesim.faults import Faults
 from gangq.queue.kubesim.registry import Registry
+from gangq.queue.kubesim.requests import RequestCounts
 from gangq.queue.kubesim.validation import pods
 
 log = logging.getLogger(__name__)
 _BOOLEAN_PARAMETERS = frozenset({"watch", "allowWatchBookmarks", "sendInitialEvents"})
+_METRIC_VERBS = {"create": "POST", "update": "PUT"}
+"""kube-apiserver's verb label: the HTTP method, LIST, DELETECOLLECTION or APPLY."""
 _PATCH_TYPES = (patch.MERGE_PATCH, patch.JSON_PATCH, patch.STRATEGIC_MERGE_PATCH, patch.APPLY_PATCH)
 
 
@@ -85,6 +88,7 @@ class ApiServer:
     token: str | None = None
     address: str = "127.0.0.1:6443"
     bookmark_interval: float = 60.0
+    requests: RequestCounts = field(default_factory=RequestCounts)
 
     def application(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -148,6 +152,8 @@ class ApiServer:
         parts = [part for part in request.path.split("/") if part]
         if parts == ["version"]:
             return _json(discovery.VERSION, 200)
+        if parts == ["metrics"]:
+            return web.Response(text=self.requests.exposition(), content_type="text/plain")
         types = list(self.registry.types.values())
         aggregated = discovery.AGGREGATED_V2 in request.headers.get("Accept", "")
         if parts == ["api"]:
@@ -219,7 +225,21 @@ class ApiServer:
             await asyncio.sleep(delay)
         if is_watch:
             return await self._watch(request, target, query)
-        return await self._dispatch(request, target, verb, query)
+        counted = _METRIC_VERBS.get(verb, verb.upper())
+        if verb == "patch" and request.content_type == patch.APPLY_PATCH:
+            counted = "APPLY"
+        try:
+            response = await self._dispatch(request, target, verb, query)
+        except status.ApiError as error:
+            self._count(target, counted, error.code)
+            raise
+        self._count(target, counted, response.status)
+        return response
+
+    def _count(self, target: Target, verb: str, code: int) -> None:
+        self.requests.count(
+            verb=verb, resource=target.rt.plural, subresource=target.subresource or "", code=code
+        )
 
     @staticmethod
     def _verb(method: str, target: Target, *, watch: bool) -> str:
