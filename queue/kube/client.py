@@ -132,6 +132,13 @@ class Kube:
         query = {} if grace_s is None else {"gracePeriodSeconds": str(grace_s)}
         return await self.request("DELETE", resource.path(namespace, name), query=query)
 
+    async def delete_collection(
+        self, resource: Resource, namespace: str, *, label_selector: str
+    ) -> dict[str, Any]:
+        """One request for every object of the namespace the selector matches."""
+        query = {"labelSelector": label_selector}
+        return await self.request("DELETE", resource.path(namespace), query=query)
+
     async def watch(
         self, resource: Resource, *, resource_version: str, timeout_s: int
     ) -> AsyncIterator[dict[str, Any]]:

@@ -22,12 +22,14 @@ from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
 from gangq.queue.core import model
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.kube import cache, lifecycle, objects, resources, scale, trainingjob
+from gangq.queue.kube import cache, lifecycle, objects, resources, scale, status, trainingjob
 from gangq.queue.kube.actuator import Actuator
 from gangq.queue.kube.client import KubeError
 from gangq.queue.store import jobs, leader, reservations, snapshot, timestamps
 
 logger = logging.getLogger(__name__)
+EVENTFUL = (lifecycle.Ending.FAILED, lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED)
+"""Endings that get a Kubernetes Event (Warning): the ones a person has to look into."""
 DRIVES_IN_FLIGHT = 32
 """Gangs driven at once: a burst of admissions must not queue hundreds of requests on the
 API server, where the last would time out and be retried, adding to the load."""
@@ -67,6 +69,12 @@ def _by_replica(objs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
         if label.isdigit():
             found[int(label)] = obj
     return found
+
+
+def _is_of(pod: dict[str, Any], admission: str) -> bool:
+    """A pod belongs to this attempt (pods of an earlier gangq carry no attempt: theirs)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return bool(annotations.get(objects.ADMISSION, admission) == admission)
 
 
 class Gangs:
@@ -115,6 +123,8 @@ class Gangs:
                 for p in placements.get(row.id, ())
             )
             job = self.view.get(resources.TRAINING_JOBS, f"{row.namespace}/{name}")
+            admission = (row.admitted_at or row.submitted_at).isoformat()
+            mine = pods.get(row.uid, [])
             gang = lifecycle.Gang(
                 key=key,
                 uid=row.uid,
@@ -122,11 +132,12 @@ class Gangs:
                 name=name,
                 job=job,
                 placement=placement,
-                admitted_at=(row.admitted_at or row.submitted_at).isoformat(),
+                admitted_at=admission,
                 is_running=row.started_at is not None,
                 is_evicting=row.evicting,
-                pods=_by_replica(pods.get(row.uid, [])),
+                pods=_by_replica([p for p in mine if _is_of(p, admission)]),
                 claims=_by_replica(claims.get(row.uid, [])),
+                stale_pods=_by_replica([p for p in mine if not _is_of(p, admission)]),
             )
             held.append(Held(row=row, placement=placement, gang=gang))
         return held
@@ -156,6 +167,8 @@ class Gangs:
             unready_nodes=facts.unready_nodes,
             evicting_devices=facts.evicting_devices,
             is_scaled_away=held.row.uid in self.scaled_away,
+            started_at_s=timestamps.optional_unix(held.row.started_at),
+            max_runtime_s=None if spec is None else spec.max_runtime_seconds,
         )
 
     async def drive_all(
@@ -195,7 +208,7 @@ class Gangs:
         context = self._context(held, spec, facts=facts, restarts=record.restarts if record else 0)
         memo = (gang.uid, gang.admitted_at)
         keep = self.shrinking.get(gang.uid)
-        ending = self.endings.get(memo) or lifecycle.recorded_ending(gang)
+        ending = self.endings.get(memo)
         if keep is not None and ending is None:
             # A scale-down finishes first: its leaving replicas must not read as failures.
             try:
@@ -218,9 +231,9 @@ class Gangs:
         leaving = [p.replica for p in held.placement if p.replica >= keep]
         done = await self.actuator.teardown(
             namespace=gang.key.partition("/")[0],
+            gang=None,
             pods=[gang.pods[r] for r in leaving if r in gang.pods],
             claims=[gang.claims[r] for r in leaving if r in gang.claims],
-            services=[],
         )
         if not done or not leaving:
             return
@@ -245,32 +258,19 @@ class Gangs:
         if verdict.action is lifecycle.Action.BUILD:
             if gang.job is None:
                 return
-            first = not gang.pods and not gang.claims
             skew = await self.actuator.build(
                 gang, spec=job_spec, inventory=inventory, now=self.clock()
             )
-            if skew is None:
-                if first:
-                    message = f"{len(gang.placement)} replicas reserved"
-                    await self.actuator.event(gang.job, "Admitted", message, warning=False)
-                return
-            self.skews_ms[gang.uid] = round(skew * 1000)
-            gangq_metrics.observe_release_skew(self.metrics, skew)
-            # A gang built in one pass gets one event for its admission and release.
-            message = (
-                f"{len(gang.placement)} replicas reserved and "
-                if first
-                else f"all {len(gang.placement)} "
-            ) + f"pods released together, skew {skew * 1000:.1f} ms"
-            await self.actuator.event(gang.job, "Released", message, warning=False)
+            if skew is not None:
+                # The release shows in the status (phase, placement, releaseSkewMs): no event.
+                self.skews_ms[gang.uid] = round(skew * 1000)
+                gangq_metrics.observe_release_skew(self.metrics, skew)
         elif verdict.action is lifecycle.Action.MARK_RUNNING:
             async with self.writes.transaction() as session:
                 await jobs.mark_running(
                     session, gang.key, at=self.clock(), actor=self.settings.actor
                 )
             self.deadlines.pop(gang.uid, None)
-            if gang.job is not None:
-                await self.actuator.event(gang.job, "Running", "all pods Ready", warning=False)
         elif verdict.action is lifecycle.Action.RESTART_IN_PLACE:
             await self.actuator.restart_in_place(gang, verdict.replicas, spec=job_spec)
         elif verdict.action is lifecycle.Action.TEARDOWN:
@@ -280,13 +280,11 @@ class Gangs:
         self, held: Held, verdict: lifecycle.Verdict, *, context: lifecycle.Context
     ) -> None:
         gang = held.gang
-        if not await self.actuator.record_ending(gang, verdict):
-            return
         done = await self.actuator.teardown(
             namespace=gang.key.split("/")[0],
-            pods=list(gang.pods.values()),
+            gang=gang.uid,
+            pods=[*gang.pods.values(), *gang.stale_pods.values()],
             claims=list(gang.claims.values()),
-            services=[],
         )
         if not done:
             return
@@ -298,6 +296,7 @@ class Gangs:
         """Teardown is complete: only now does the store release the devices (rule 1)."""
         gang, ending, now = held.gang, verdict.ending, self.clock()
         actor = self.settings.actor
+        failures = [f.details() for f in verdict.failures]
         async with self.writes.transaction() as session:
             if ending in (lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED):
                 backoff = 0.0
@@ -314,6 +313,7 @@ class Gangs:
                     reason=verdict.reason,
                     preempted=ending is lifecycle.Ending.PREEMPTED,
                     backoff_s=backoff,
+                    failures=failures,
                 )
             else:
                 await jobs.finish(
@@ -323,6 +323,8 @@ class Gangs:
                     at=now,
                     actor=actor,
                     reason=verdict.reason,
+                    cause=status.condition_reason(verdict.cause),
+                    failures=failures,
                 )
         self.deadlines.pop(gang.uid, None)
         self.endings.pop((gang.uid, gang.admitted_at), None)
@@ -330,9 +332,9 @@ class Gangs:
             gangq_metrics.record_gang_start_failure(
                 self.metrics, held.row.tier, reason=verdict.failure
             )
-        if gang.job is not None and ending is not None:
-            warning = ending not in (lifecycle.Ending.SUCCEEDED, lifecycle.Ending.DELETED)
+        if gang.job is not None and ending in EVENTFUL:
+            # A success shows in the status alone: events are for what needs a look.
             await self.actuator.event(
-                gang.job, ending.value.capitalize(), verdict.reason, warning=warning
+                gang.job, status.condition_reason(verdict.cause), verdict.reason, warning=True
             )
         logger.info("gang %s ended (%s): %s", gang.key, ending, verdict.reason)
