@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import signal
 import sys
@@ -48,8 +49,14 @@ def main() -> None:
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--cycle-interval", type=float, default=0.1)
+    parser.add_argument("--profile", help="write cProfile statistics of the run to this file")
     args = parser.parse_args()
     started = time.process_time()
-    asyncio.run(_run(args))
+    if args.profile:
+        with cProfile.Profile(time.process_time) as profile:
+            asyncio.run(_run(args))
+        profile.dump_stats(args.profile)
+    else:
+        asyncio.run(_run(args))
     print(json.dumps({"cpu_s": round(time.process_time() - started, 3)}), flush=True)
     sys.exit(0)

@@ -221,6 +221,7 @@ async def _start_controller(
         f"--kubeconfig={served.kubeconfig}",
         f"--database-url={url}",
         f"--cycle-interval={args.cycle_interval:g}",
+        *([f"--profile={args.profile_controller}"] if args.profile_controller else []),
         stdout=asyncio.subprocess.PIPE,
     )
     assert process.stdout is not None

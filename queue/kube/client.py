@@ -3,6 +3,12 @@
 Owns requests and watch streams as plain dicts (the shapes the core's builders read), the
 mapping of failure responses to `KubeError` and the patch content types. It must not retry
 (that is `retry.py`) or know what the objects mean.
+
+Requests go out through an aiohttp session of its own that shares the `ApiClient`'s
+connection pool and TLS settings, but reads no environment per request (kubernetes-asyncio's
+session has `trust_env`, which re-reads ~/.netrc in a thread for every request): the proxy
+from the environment is looked up once, and the typed models and parameter sanitizing of
+`call_api` are skipped, since every body here is plain JSON already.
 """
 
 from __future__ import annotations
@@ -10,16 +16,21 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
+from aiohttp import helpers
 from kubernetes_asyncio import client
+from yarl import URL
 
 from gangq.queue.core.errors import GangqError
 from gangq.queue.kube.resources import Resource
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-_AUTH = ["BearerToken"]
+USER_AGENT = "gangq"
+READ_BUFFER = 2**21
+"""Watch events of large objects can exceed aiohttp's default read buffer."""
 
 
 class KubeError(GangqError):
@@ -45,6 +56,40 @@ class Kube:
 
     def __init__(self, api_client: client.ApiClient) -> None:
         self.api_client = api_client
+        self.configuration = api_client.configuration
+        self.host = str(self.configuration.host).rstrip("/")
+        self._session: aiohttp.ClientSession | None = None
+        self._proxy: str | None = self.configuration.proxy
+        if self._proxy is None:
+            try:
+                found, _ = helpers.get_env_proxy_for_url(URL(self.host))
+                self._proxy = str(found)
+            except LookupError:
+                self._proxy = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            pool = self.api_client.rest_client.pool_manager
+            self._session = aiohttp.ClientSession(
+                connector=pool.connector,
+                connector_owner=False,
+                trust_env=False,
+                read_bufsize=READ_BUFFER,
+            )
+        return self._session
+
+    async def close(self) -> None:
+        """Close the session (the connection pool stays the `ApiClient`'s to close)."""
+        if self._session is not None:
+            await self._session.close()
+
+    async def _headers(self, content_type: str) -> dict[str, str]:
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        headers["User-Agent"] = USER_AGENT
+        for setting in (await self.configuration.auth_settings()).values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[setting["key"]] = setting["value"]
+        return headers
 
     async def _send(
         self,
@@ -56,20 +101,20 @@ class Kube:
         content_type: str = "application/json",
         timeout_s: float | None = 30.0,
     ) -> aiohttp.ClientResponse:
+        url = self.host + path + (f"?{urlencode(query)}" if query else "")
+        data = None if body is None else json.dumps(body, separators=(",", ":"))
         try:
-            response: aiohttp.ClientResponse = await self.api_client.call_api(
-                path,
+            return await self._client().request(
                 method,
-                query_params=list((query or {}).items()),
-                header_params={"Content-Type": content_type, "Accept": "application/json"},
-                body=body,
-                auth_settings=_AUTH,
-                _preload_content=False,
-                _request_timeout=timeout_s,
+                url,
+                data=data,
+                headers=await self._headers(content_type),
+                proxy=self._proxy,
+                server_hostname=self.configuration.tls_server_name,
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
             raise KubeError(0, f"{method} {path}: {error or type(error).__name__}") from error
-        return response
 
     async def request(
         self,
@@ -82,13 +127,14 @@ class Kube:
     ) -> dict[str, Any]:
         response = await self._send(method, path, body=body, query=query, content_type=content_type)
         try:
-            text = await response.text()
+            raw = await response.read()
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
             raise KubeError(0, f"{method} {path}: {error or type(error).__name__}") from error
         finally:
             response.release()
+        text = raw.decode("utf-8", errors="replace")
         try:
-            parsed = json.loads(text) if text else {}
+            parsed = json.loads(raw) if raw else {}
         except json.JSONDecodeError:
             parsed = {"message": text.strip()}
         if not 200 <= response.status <= 299:

@@ -45,6 +45,15 @@ class Held:
 
 
 @dataclass(frozen=True, slots=True)
+class _Ended:
+    """A gang whose teardown is complete, waiting for the step's store transaction."""
+
+    held: Held
+    verdict: lifecycle.Verdict
+    context: lifecycle.Context
+
+
+@dataclass(frozen=True, slots=True)
 class _Facts:
     """What every gang of a step reads from the same inventory."""
 
@@ -107,6 +116,8 @@ class Gangs:
         """Scale-up gangs above the job's current replicas: torn down this step."""
         self.shrinking: dict[str, int] = {}
         """Gang uid -> replicas it keeps: the others are torn down, then released."""
+        self._started: list[Held] = []
+        self._ended: list[_Ended] = []
 
     async def load(self) -> list[Held]:
         async with self.sessions() as session:
@@ -186,12 +197,83 @@ class Gangs:
             ),
         )
         limit = asyncio.Semaphore(DRIVES_IN_FLIGHT)
+        self._started, self._ended = [], []
 
         async def drive(h: Held) -> None:
             async with limit:
                 await self._drive(h, facts, records)
 
         await asyncio.gather(*(drive(h) for h in held))
+        await self._commit()
+
+    async def _commit(self) -> None:
+        """The step's starts and ends in one store transaction (one fence check and commit for
+        a burst); when the batch is refused, each goes alone so one stale gang holds up none."""
+        batch: list[tuple[Held, _Ended | None]] = [
+            *[(h, None) for h in self._started],
+            *[(e.held, e) for e in self._ended],
+        ]
+        if not batch:
+            return
+        try:
+            async with self.writes.transaction() as session:
+                for h, ending in batch:
+                    await self._store(session, h, ending)
+            done = batch
+        except InvalidInputError:
+            done = []
+            for h, ending in batch:
+                try:
+                    async with self.writes.transaction() as session:
+                        await self._store(session, h, ending)
+                    done.append((h, ending))
+                except InvalidInputError as error:
+                    logger.warning("gang %s: store refused: %s", h.gang.key, error)
+        for h, ending in done:
+            if ending is None:
+                self.deadlines.pop(h.gang.uid, None)
+        await asyncio.gather(*(self._ended_with(e) for _, e in done if e is not None))
+
+    async def _store(
+        self,
+        session: AsyncSession,
+        held: Held,
+        ending: _Ended | None,
+    ) -> None:
+        gang, now, actor = held.gang, self.clock(), self.settings.actor
+        if ending is None:
+            await jobs.mark_running(session, gang.key, at=now, actor=actor)
+            return
+        verdict, context = ending.verdict, ending.context
+        failures = [f.details() for f in verdict.failures]
+        if verdict.ending in (lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED):
+            backoff = 0.0
+            if verdict.ending is lifecycle.Ending.REQUEUE:
+                backoff = min(
+                    self.settings.restart_backoff_s * 2**context.restarts,
+                    self.settings.restart_backoff_max_s,
+                )
+            await jobs.requeue(
+                session,
+                gang.key,
+                at=now,
+                actor=actor,
+                reason=verdict.reason,
+                preempted=verdict.ending is lifecycle.Ending.PREEMPTED,
+                backoff_s=backoff,
+                failures=failures,
+            )
+        else:
+            await jobs.finish(
+                session,
+                gang.key,
+                succeeded=verdict.ending is lifecycle.Ending.SUCCEEDED,
+                at=now,
+                actor=actor,
+                reason=verdict.reason,
+                cause=status.condition_reason(verdict.cause),
+                failures=failures,
+            )
 
     async def _drive(
         self, held: Held, facts: _Facts, records: Mapping[str, jobs.JobRecord]
@@ -266,11 +348,7 @@ class Gangs:
                 self.skews_ms[gang.uid] = round(skew * 1000)
                 gangq_metrics.observe_release_skew(self.metrics, skew)
         elif verdict.action is lifecycle.Action.MARK_RUNNING:
-            async with self.writes.transaction() as session:
-                await jobs.mark_running(
-                    session, gang.key, at=self.clock(), actor=self.settings.actor
-                )
-            self.deadlines.pop(gang.uid, None)
+            self._started.append(held)
         elif verdict.action is lifecycle.Action.RESTART_IN_PLACE:
             await self.actuator.restart_in_place(gang, verdict.replicas, spec=job_spec)
         elif verdict.action is lifecycle.Action.TEARDOWN:
@@ -286,46 +364,14 @@ class Gangs:
             pods=[*gang.pods.values(), *gang.stale_pods.values()],
             claims=list(gang.claims.values()),
         )
-        if not done:
-            return
-        await self._end(held, verdict, context=context)
+        if done:
+            # Only now may the store release the devices (rule 1): see `_commit`.
+            self._ended.append(_Ended(held, verdict, context))
 
-    async def _end(
-        self, held: Held, verdict: lifecycle.Verdict, *, context: lifecycle.Context
-    ) -> None:
-        """Teardown is complete: only now does the store release the devices (rule 1)."""
-        gang, ending, now = held.gang, verdict.ending, self.clock()
-        actor = self.settings.actor
-        failures = [f.details() for f in verdict.failures]
-        async with self.writes.transaction() as session:
-            if ending in (lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED):
-                backoff = 0.0
-                if ending is lifecycle.Ending.REQUEUE:
-                    backoff = min(
-                        self.settings.restart_backoff_s * 2**context.restarts,
-                        self.settings.restart_backoff_max_s,
-                    )
-                await jobs.requeue(
-                    session,
-                    gang.key,
-                    at=now,
-                    actor=actor,
-                    reason=verdict.reason,
-                    preempted=ending is lifecycle.Ending.PREEMPTED,
-                    backoff_s=backoff,
-                    failures=failures,
-                )
-            else:
-                await jobs.finish(
-                    session,
-                    gang.key,
-                    succeeded=ending is lifecycle.Ending.SUCCEEDED,
-                    at=now,
-                    actor=actor,
-                    reason=verdict.reason,
-                    cause=status.condition_reason(verdict.cause),
-                    failures=failures,
-                )
+    async def _ended_with(self, ended: _Ended) -> None:
+        """After the store released the gang: metrics, an event where one is needed, a log."""
+        held, verdict = ended.held, ended.verdict
+        gang, ending = held.gang, verdict.ending
         self.deadlines.pop(gang.uid, None)
         self.endings.pop((gang.uid, gang.admitted_at), None)
         if verdict.failure and not gang.is_running:

@@ -177,3 +177,4 @@ async def harness(engine: AsyncEngine) -> AsyncIterator[Harness]:
         finally:
             for name in list(built.runs):
                 await built.kill(name)
+            await kube.close()

@@ -52,6 +52,7 @@ async def test_a_successful_job_stays_within_its_write_budget(
         finally:
             for name in list(harness.runs):
                 await harness.kill(name)
+            await kube.close()
     spent = after - before - Counter({"POST trainingjobs": 1})
     assert sum(spent.values()) <= budget(replicas), dict(spent)
     pods = [p for p in harness.objects(resources.PODS, "ml-train")]
