@@ -32,8 +32,9 @@ CLAIM_FINALIZER = "gangq.dev/claim-protection"
 """Only on claims an earlier gangq created: removed when such a claim is deleted. Claims carry
 no finalizer now (neither this nor `resource.kubernetes.io/delete-protection`, so a
 long-running replica restarts in place on its allocation): gangq deletes a gang's claims only
-once none of its pods runs, the admission policies keep other writers away from them, and the
-store keeps the devices reserved until then, so a deleted claim never frees a device in use."""
+once none of its pods runs, only gangq creates claims for its device classes (admission
+policy), and the store keeps the devices reserved until no pod runs, so gangq never places a
+gang on devices a running pod still uses."""
 REQUEST = "devices"
 CLAIM_REF = "gangq-devices"
 MASTER_PORT = 29500
