@@ -78,13 +78,14 @@ async def measure(
         cpu_s = await cpu()
         figures["controller_cpu_ms_per_job"] = round(cpu_s * 1000 / max(observed.done, 1), 2)
         echo(f"saturating the emulator for {SATURATION_SECONDS:g}s")
-        figures["emulator_writes_per_s"] = round(
-            await saturation.writes_per_second(
-                served.configuration,
-                namespace=workload.namespace(0),
-                seconds=SATURATION_SECONDS,
-            )
+        cpu_before = saturation.cpu_seconds(served.pid)
+        load = await saturation.saturate(
+            served.configuration, namespace=workload.namespace(0), seconds=SATURATION_SECONDS
         )
+        cpu_after = saturation.cpu_seconds(served.pid)
+        figures["emulator_writes_per_s"] = round(load.per_second)
+        if cpu_before is not None and cpu_after is not None and cpu_after > cpu_before:
+            figures["emulator_writes_per_cpu_s"] = round(load.writes / (cpu_after - cpu_before))
     return figures, finished
 
 

@@ -3,7 +3,9 @@
 Owns one short load: many concurrent raw HTTP clients, each repeating a gang replica's writes
 (create a claim, write its allocation, create a gated pod, delete both), counted as the
 emulator answers them. Gated pods keep the simulated scheduler and kubelets out of it, so the
-figure is the API server's. It must not run anything but this load.
+figure is the API server's. On a machine shared with other work the emulator may not get a
+whole core, so the bench also divides by the CPU time the emulator spent: writes per CPU
+second is what one core sustains. It must not run anything but this load.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -56,8 +61,27 @@ def _pod(name: str) -> dict[str, Any]:
     }
 
 
-async def writes_per_second(configuration: Any, *, namespace: str, seconds: float) -> float:
-    """Writes the emulator completed per second while `CLIENTS` clients kept it busy."""
+def cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system) a process has used so far; None where /proc is missing."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True, slots=True)
+class Saturation:
+    writes: int
+    seconds: float
+
+    @property
+    def per_second(self) -> float:
+        return self.writes / self.seconds
+
+
+async def saturate(configuration: Any, *, namespace: str, seconds: float) -> Saturation:
+    """Writes the emulator completed while `CLIENTS` clients kept it busy, and over how long."""
     base = f"{configuration.host}/api/v1/namespaces/{namespace}"
     claims = f"{configuration.host}/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
     token = {"Authorization": (await configuration.get_api_key_with_prefix("BearerToken")) or ""}
@@ -89,4 +113,4 @@ async def writes_per_second(configuration: Any, *, namespace: str, seconds: floa
     async with aiohttp.ClientSession(connector=connector) as session:
         started = time.monotonic()
         await asyncio.gather(*(client(session) for _ in range(CLIENTS)))
-        return done / (time.monotonic() - started)
+        return Saturation(done, time.monotonic() - started)

@@ -33,6 +33,8 @@ class Served:
     """kubernetes-asyncio's client configuration for the cluster."""
     kubeconfig: Path
     """The same as a file, for clients in other processes (the controller's)."""
+    pid: int
+    """The emulator's process, whose CPU time the bench reads."""
 
 
 @contextlib.asynccontextmanager
@@ -61,7 +63,7 @@ async def served_cluster(
             await config.load_kube_config(
                 config_file=str(kubeconfig), client_configuration=configuration
             )
-            yield Served(configuration, kubeconfig)
+            yield Served(configuration, kubeconfig, process.pid)
         finally:
             await _stop(process)
 
