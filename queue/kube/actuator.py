@@ -40,10 +40,14 @@ async def _tolerant(
     return True
 
 
-async def _create(kube: Kube, resource: Resource, body: dict[str, Any]) -> bool:
+async def _create(
+    kube: Kube, resource: Resource, body: dict[str, Any], *, urgent: bool = False
+) -> bool:
     namespace = body["metadata"]["namespace"]
     what = f"create {resource.kind} {namespace}/{body['metadata']['name']}"
-    return await _tolerant(lambda: kube.create(resource, namespace, body), what=what, ok=(409,))
+    return await _tolerant(
+        lambda: kube.create(resource, namespace, body, urgent=urgent), what=what, ok=(409,)
+    )
 
 
 async def _delete(kube: Kube, resource: Resource, obj: Mapping[str, Any]) -> bool:
@@ -131,7 +135,8 @@ class Actuator:
                 gang=gang.uid,
                 admission=gang.admitted_at,
             )
-            if not await _create(self.kube, resources.PODS, body):
+            # The release starts here: this request and the gate lifts skip the client's queue.
+            if not await _create(self.kube, resources.PODS, body, urgent=True):
                 return None
         return await self._release(waiting, started=started)
 
@@ -207,7 +212,7 @@ class Actuator:
         async def lift(namespace: str, name: str) -> None:
             done = await _tolerant(
                 lambda: self.kube.patch(
-                    resources.PODS, namespace, name, remove, content_type=JSON_PATCH
+                    resources.PODS, namespace, name, remove, content_type=JSON_PATCH, urgent=True
                 ),
                 what=f"release pod {namespace}/{name}",
                 ok=(404,),

@@ -13,6 +13,7 @@ from the environment is looked up once, and the typed models and parameter sanit
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -29,6 +30,9 @@ from gangq.queue.kube.resources import Resource
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 USER_AGENT = "gangq"
+REQUESTS_IN_FLIGHT = 16
+"""Requests sent at once (watches and urgent ones aside): a burst waits here rather than in
+the API server's queue, so an urgent request (a gang's release) meets a short queue there."""
 READ_BUFFER = 2**21
 """Watch events of large objects can exceed aiohttp's default read buffer."""
 
@@ -59,6 +63,7 @@ class Kube:
         self.configuration = api_client.configuration
         self.host = str(self.configuration.host).rstrip("/")
         self._session: aiohttp.ClientSession | None = None
+        self._slots: asyncio.Semaphore | None = None
         self._proxy: str | None = self.configuration.proxy
         if self._proxy is None:
             try:
@@ -124,6 +129,23 @@ class Kube:
         body: Any = None,
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
+        urgent: bool = False,
+    ) -> dict[str, Any]:
+        """One request; `urgent` ones skip the in-flight limit (see REQUESTS_IN_FLIGHT)."""
+        if urgent:
+            return await self._exchange(method, path, body, query, content_type)
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(REQUESTS_IN_FLIGHT)
+        async with self._slots:
+            return await self._exchange(method, path, body, query, content_type)
+
+    async def _exchange(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        query: Mapping[str, str] | None,
+        content_type: str,
     ) -> dict[str, Any]:
         response = await self._send(method, path, body=body, query=query, content_type=content_type)
         try:
@@ -155,9 +177,9 @@ class Kube:
         return await self.request("GET", resource.path(), query=query)
 
     async def create(
-        self, resource: Resource, namespace: str, body: Mapping[str, Any]
+        self, resource: Resource, namespace: str, body: Mapping[str, Any], *, urgent: bool = False
     ) -> dict[str, Any]:
-        return await self.request("POST", resource.path(namespace), body=dict(body))
+        return await self.request("POST", resource.path(namespace), body=dict(body), urgent=urgent)
 
     async def patch(
         self,
@@ -168,9 +190,12 @@ class Kube:
         *,
         subresource: str = "",
         content_type: str = MERGE_PATCH,
+        urgent: bool = False,
     ) -> dict[str, Any]:
         path = resource.path(namespace, name, subresource=subresource)
-        return await self.request("PATCH", path, body=body, content_type=content_type)
+        return await self.request(
+            "PATCH", path, body=body, content_type=content_type, urgent=urgent
+        )
 
     async def delete(
         self, resource: Resource, namespace: str, name: str, *, grace_s: int | None = None
