@@ -90,6 +90,7 @@ class Reconciler:
         self.tenants_epoch: int | None = None
         self.shown: dict[str, _Shown] = {}
         """Job uid -> the last status write, so a write the cache has not seen is not repeated."""
+        self.gauged_at = float("-inf")
 
     def next_deadline_s(self) -> float:
         """Seconds until the earliest startup deadline (the timer must not sleep past it)."""
@@ -127,7 +128,9 @@ class Reconciler:
             records = await self._records()
             self._count(result, records)
             held = await self.gangs.load()
-            self._gauges(inventory, held)
+            if time.monotonic() >= self.gauged_at + self.settings.gauges_interval_s:
+                self.gauged_at = time.monotonic()
+                self._gauges(inventory, held)
             await self.gangs.drive_all(held, inventory, records)
             await self._sweep(held, records)
             await self._show(records, held)
