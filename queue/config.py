@@ -132,6 +132,9 @@ class ControllerSettings(BaseSettings):
     (a phase change is written at once); `GET /v1/jobs` always has the current position."""
     status_moves_per_step: int = Field(default=50, ge=1)
     """Of those queue moves, at most this many are written per step (the stalest first)."""
+    gauges_interval_s: float = Field(default=5.0, ge=0)
+    """The device and tenant gauges of /metrics are recomputed at most this often: summarizing
+    every device each step was a tenth of the controller's CPU, and a scrape comes every 15 s+."""
     leader_retry_s: float = Field(default=2.0, gt=0)
     """How often a follower tries to take leadership (bounds the takeover time)."""
     restart_backoff_s: float = Field(default=10.0, ge=0)

@@ -174,13 +174,15 @@ def show_job(args: argparse.Namespace) -> int:
         return _print_json(detail)
     job = detail["job"]
     position = "" if job["queuePosition"] is None else f" (position {job['queuePosition']})"
+    ended = [e for e in detail["history"] if e["kind"] in ("succeeded", "failed")]
+    why = (job["reason"] or {}).get("message") or (ended[-1]["reason"] if ended else "-")
     facts = [
         ("Job", f"{job['namespace']}/{job['name']}"),
         ("Tenant", job["tenant"]),
         ("Tier", f"{job['tier']} (priority {job['priority']})"),
         ("Gang", f"{job['replicas']} x {job['devicesPerReplica']} {job['deviceClassName']}"),
         ("Phase", job["phase"] + position),
-        ("Reason", (job["reason"] or {}).get("message", "-")),
+        ("Reason", why),
         ("ETA", _eta(job)),
         ("Submitted", job["submittedAt"]),
         ("Admitted", job["admittedAt"] or "-"),
@@ -197,6 +199,23 @@ def show_job(args: argparse.Namespace) -> int:
     print("\nHistory:")
     history = [(e["at"], e["kind"], e["actor"], e["reason"]) for e in detail["history"]]
     print(table.render(("time", "event", "by", "reason"), history))
+    failures = [
+        (
+            e["at"],
+            str(f.get("replica")),
+            f.get("node") or "-",
+            "-" if f.get("exitCode") is None else str(f["exitCode"]),
+            f.get("reason") or "-",
+            f.get("message") or "-",
+        )
+        for e in detail["history"]
+        for f in (e.get("details") or {}).get("replicas") or []
+    ]
+    if failures:
+        # Each failed attempt's replicas: where they ran and how they ended (pods of earlier
+        # attempts are gone, their story stays here).
+        print("\nFailed replicas:")
+        print(table.render(("time", "replica", "node", "exit", "reason", "message"), failures))
     return 0
 
 

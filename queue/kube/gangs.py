@@ -23,12 +23,14 @@ from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
 from gangq.queue.core import model
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.kube import cache, lifecycle, objects, resources, scale, trainingjob
+from gangq.queue.kube import cache, lifecycle, objects, resources, scale, status, trainingjob
 from gangq.queue.kube.actuator import Actuator
 from gangq.queue.kube.client import KubeError
 from gangq.queue.store import jobs, leader, reservations, snapshot, timestamps
 
 logger = logging.getLogger(__name__)
+EVENTFUL = (lifecycle.Ending.FAILED, lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED)
+"""Endings that get a Kubernetes Event (Warning): the ones a person has to look into."""
 DRIVES_IN_FLIGHT = 32
 """Gangs driven at once: a burst of admissions must not queue hundreds of requests on the
 API server, where the last would time out and be retried, adding to the load."""
@@ -41,6 +43,15 @@ class Held:
     row: snapshot.JobColumns
     placement: tuple[model.ReplicaPlacement, ...]
     gang: lifecycle.Gang
+
+
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    """A gang whose teardown is complete, waiting for the step's store transaction."""
+
+    held: Held
+    verdict: lifecycle.Verdict
+    context: lifecycle.Context
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +79,12 @@ def _by_replica(objs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
         if label.isdigit():
             found[int(label)] = obj
     return found
+
+
+def _is_of(pod: dict[str, Any], admission: str) -> bool:
+    """A pod belongs to this attempt (pods of an earlier gangq carry no attempt: theirs)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return bool(annotations.get(objects.ADMISSION, admission) == admission)
 
 
 class Gangs:
@@ -100,6 +117,8 @@ class Gangs:
         """Scale-up gangs above the job's current replicas: torn down this step."""
         self.shrinking: dict[str, int] = {}
         """Gang uid -> replicas it keeps: the others are torn down, then released."""
+        self._started: list[Held] = []
+        self._ended: list[_Ended] = []
 
     async def load(self) -> list[Held]:
         async with self.sessions() as session:
@@ -116,6 +135,8 @@ class Gangs:
                 for p in placements.get(row.id, ())
             )
             job = self.view.get(resources.TRAINING_JOBS, f"{row.namespace}/{name}")
+            admission = (row.admitted_at or row.submitted_at).isoformat()
+            mine = pods.get(row.uid, [])
             gang = lifecycle.Gang(
                 key=key,
                 uid=row.uid,
@@ -123,11 +144,12 @@ class Gangs:
                 name=name,
                 job=job,
                 placement=placement,
-                admitted_at=(row.admitted_at or row.submitted_at).isoformat(),
+                admitted_at=admission,
                 is_running=row.started_at is not None,
                 is_evicting=row.evicting,
-                pods=_by_replica(pods.get(row.uid, [])),
+                pods=_by_replica([p for p in mine if _is_of(p, admission)]),
                 claims=_by_replica(claims.get(row.uid, [])),
+                stale_pods=_by_replica([p for p in mine if not _is_of(p, admission)]),
             )
             held.append(Held(row=row, placement=placement, gang=gang))
         return held
@@ -157,6 +179,8 @@ class Gangs:
             unready_nodes=facts.unready_nodes,
             evicting_devices=facts.evicting_devices,
             is_scaled_away=held.row.uid in self.scaled_away,
+            started_at_s=timestamps.optional_unix(held.row.started_at),
+            max_runtime_s=None if spec is None else spec.max_runtime_seconds,
         )
 
     async def drive_all(
@@ -174,6 +198,7 @@ class Gangs:
             ),
         )
         limit = asyncio.Semaphore(DRIVES_IN_FLIGHT)
+        self._started, self._ended = [], []
 
         async def drive(h: Held) -> None:
             async with limit:
@@ -181,6 +206,76 @@ class Gangs:
                     await self._drive(h, facts, records)
 
         await asyncio.gather(*(drive(h) for h in held))
+        await self._commit()
+
+    async def _commit(self) -> None:
+        """The step's starts and ends in one store transaction (one fence check and commit for
+        a burst); when the batch is refused, each goes alone so one stale gang holds up none."""
+        batch: list[tuple[Held, _Ended | None]] = [
+            *[(h, None) for h in self._started],
+            *[(e.held, e) for e in self._ended],
+        ]
+        if not batch:
+            return
+        try:
+            async with self.writes.transaction() as session:
+                for h, ending in batch:
+                    await self._store(session, h, ending)
+            done = batch
+        except InvalidInputError:
+            done = []
+            for h, ending in batch:
+                try:
+                    async with self.writes.transaction() as session:
+                        await self._store(session, h, ending)
+                    done.append((h, ending))
+                except InvalidInputError as error:
+                    logger.warning("gang %s: store refused: %s", h.gang.key, error)
+        for h, ending in done:
+            if ending is None:
+                self.deadlines.pop(h.gang.uid, None)
+        await asyncio.gather(*(self._ended_with(e) for _, e in done if e is not None))
+
+    async def _store(
+        self,
+        session: AsyncSession,
+        held: Held,
+        ending: _Ended | None,
+    ) -> None:
+        gang, now, actor = held.gang, self.clock(), self.settings.actor
+        if ending is None:
+            await jobs.mark_running(session, gang.key, at=now, actor=actor)
+            return
+        verdict, context = ending.verdict, ending.context
+        failures = [f.details() for f in verdict.failures]
+        if verdict.ending in (lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED):
+            backoff = 0.0
+            if verdict.ending is lifecycle.Ending.REQUEUE:
+                backoff = min(
+                    self.settings.restart_backoff_s * 2**context.restarts,
+                    self.settings.restart_backoff_max_s,
+                )
+            await jobs.requeue(
+                session,
+                gang.key,
+                at=now,
+                actor=actor,
+                reason=verdict.reason,
+                preempted=verdict.ending is lifecycle.Ending.PREEMPTED,
+                backoff_s=backoff,
+                failures=failures,
+            )
+        else:
+            await jobs.finish(
+                session,
+                gang.key,
+                succeeded=verdict.ending is lifecycle.Ending.SUCCEEDED,
+                at=now,
+                actor=actor,
+                reason=verdict.reason,
+                cause=status.condition_reason(verdict.cause),
+                failures=failures,
+            )
 
     async def _drive(
         self, held: Held, facts: _Facts, records: Mapping[str, jobs.JobRecord]
@@ -197,7 +292,7 @@ class Gangs:
         context = self._context(held, spec, facts=facts, restarts=record.restarts if record else 0)
         memo = (gang.uid, gang.admitted_at)
         keep = self.shrinking.get(gang.uid)
-        ending = self.endings.get(memo) or lifecycle.recorded_ending(gang)
+        ending = self.endings.get(memo)
         if keep is not None and ending is None:
             # A scale-down finishes first: its leaving replicas must not read as failures.
             try:
@@ -220,9 +315,9 @@ class Gangs:
         leaving = [p.replica for p in held.placement if p.replica >= keep]
         done = await self.actuator.teardown(
             namespace=gang.key.partition("/")[0],
+            gang=None,
             pods=[gang.pods[r] for r in leaving if r in gang.pods],
             claims=[gang.claims[r] for r in leaving if r in gang.claims],
-            services=[],
         )
         if not done or not leaving:
             return
@@ -247,32 +342,15 @@ class Gangs:
         if verdict.action is lifecycle.Action.BUILD:
             if gang.job is None:
                 return
-            first = not gang.pods and not gang.claims
             skew = await self.actuator.build(
                 gang, spec=job_spec, inventory=inventory, now=self.clock()
             )
-            if skew is None:
-                if first:
-                    message = f"{len(gang.placement)} replicas reserved"
-                    await self.actuator.event(gang.job, "Admitted", message, warning=False)
-                return
-            self.skews_ms[gang.uid] = round(skew * 1000)
-            gangq_metrics.observe_release_skew(self.metrics, skew)
-            # A gang built in one pass gets one event for its admission and release.
-            message = (
-                f"{len(gang.placement)} replicas reserved and "
-                if first
-                else f"all {len(gang.placement)} "
-            ) + f"pods released together, skew {skew * 1000:.1f} ms"
-            await self.actuator.event(gang.job, "Released", message, warning=False)
+            if skew is not None:
+                # The release shows in the status (phase, placement, releaseSkewMs): no event.
+                self.skews_ms[gang.uid] = round(skew * 1000)
+                gangq_metrics.observe_release_skew(self.metrics, skew)
         elif verdict.action is lifecycle.Action.MARK_RUNNING:
-            async with self.writes.transaction() as session:
-                await jobs.mark_running(
-                    session, gang.key, at=self.clock(), actor=self.settings.actor
-                )
-            self.deadlines.pop(gang.uid, None)
-            if gang.job is not None:
-                await self.actuator.event(gang.job, "Running", "all pods Ready", warning=False)
+            self._started.append(held)
         elif verdict.action is lifecycle.Action.RESTART_IN_PLACE:
             await self.actuator.restart_in_place(gang, verdict.replicas, spec=job_spec)
         elif verdict.action is lifecycle.Action.TEARDOWN:
@@ -282,59 +360,29 @@ class Gangs:
         self, held: Held, verdict: lifecycle.Verdict, *, context: lifecycle.Context
     ) -> None:
         gang = held.gang
-        if not await self.actuator.record_ending(gang, verdict):
-            return
         done = await self.actuator.teardown(
             namespace=gang.key.split("/")[0],
-            pods=list(gang.pods.values()),
+            gang=gang.uid,
+            pods=[*gang.pods.values(), *gang.stale_pods.values()],
             claims=list(gang.claims.values()),
-            services=[],
         )
-        if not done:
-            return
-        await self._end(held, verdict, context=context)
+        if done:
+            # Only now may the store release the devices (rule 1): see `_commit`.
+            self._ended.append(_Ended(held, verdict, context))
 
-    async def _end(
-        self, held: Held, verdict: lifecycle.Verdict, *, context: lifecycle.Context
-    ) -> None:
-        """Teardown is complete: only now does the store release the devices (rule 1)."""
-        gang, ending, now = held.gang, verdict.ending, self.clock()
-        actor = self.settings.actor
-        async with self.writes.transaction() as session:
-            if ending in (lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED):
-                backoff = 0.0
-                if ending is lifecycle.Ending.REQUEUE:
-                    backoff = min(
-                        self.settings.restart_backoff_s * 2**context.restarts,
-                        self.settings.restart_backoff_max_s,
-                    )
-                await jobs.requeue(
-                    session,
-                    gang.key,
-                    at=now,
-                    actor=actor,
-                    reason=verdict.reason,
-                    preempted=ending is lifecycle.Ending.PREEMPTED,
-                    backoff_s=backoff,
-                )
-            else:
-                await jobs.finish(
-                    session,
-                    gang.key,
-                    succeeded=ending is lifecycle.Ending.SUCCEEDED,
-                    at=now,
-                    actor=actor,
-                    reason=verdict.reason,
-                )
+    async def _ended_with(self, ended: _Ended) -> None:
+        """After the store released the gang: metrics, an event where one is needed, a log."""
+        held, verdict = ended.held, ended.verdict
+        gang, ending = held.gang, verdict.ending
         self.deadlines.pop(gang.uid, None)
         self.endings.pop((gang.uid, gang.admitted_at), None)
         if verdict.failure and not gang.is_running:
             gangq_metrics.record_gang_start_failure(
                 self.metrics, held.row.tier, reason=verdict.failure
             )
-        if gang.job is not None and ending is not None:
-            warning = ending not in (lifecycle.Ending.SUCCEEDED, lifecycle.Ending.DELETED)
+        if gang.job is not None and ending in EVENTFUL:
+            # A success shows in the status alone: events are for what needs a look.
             await self.actuator.event(
-                gang.job, ending.value.capitalize(), verdict.reason, warning=warning
+                gang.job, status.condition_reason(verdict.cause), verdict.reason, warning=True
             )
         logger.info("gang %s ended (%s): %s", gang.key, ending, verdict.reason)

@@ -27,6 +27,7 @@ from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import (
     cache,
     gangs,
+    lifecycle,
     objects,
     resources,
     retry,
@@ -90,6 +91,7 @@ class Reconciler:
         self.tenants_epoch: int | None = None
         self.shown: dict[str, _Shown] = {}
         """Job uid -> the last status write, so a write the cache has not seen is not repeated."""
+        self.gauged_at = float("-inf")
 
     def next_deadline_s(self) -> float:
         """Seconds until the earliest startup deadline (the timer must not sleep past it)."""
@@ -127,7 +129,9 @@ class Reconciler:
             records = await self._records()
             self._count(result, records)
             held = await self.gangs.load()
-            self._gauges(inventory, held)
+            if time.monotonic() >= self.gauged_at + self.settings.gauges_interval_s:
+                self.gauged_at = time.monotonic()
+                self._gauges(inventory, held)
             await self.gangs.drive_all(held, inventory, records)
             await self._sweep(held, records)
             await self._show(records, held)
@@ -156,7 +160,7 @@ class Reconciler:
         the batch is refused (a name still held by a live job, a spec the store rejects) are
         they queued one by one, so one bad job never holds back the others.
         """
-        fresh: list[tuple[dict[str, Any], model.PendingJob]] = []
+        fresh: list[model.PendingJob] = []
         for job in self.view.objects(resources.TRAINING_JOBS).values():
             meta = job.get("metadata") or {}
             uid = str(meta.get("uid") or "")
@@ -169,11 +173,10 @@ class Reconciler:
             except InvalidInputError as error:
                 self.problems[uid] = status.Refusal(str(error), invalid=True)
                 continue
-            fresh.append((job, pending))
-        marked = await asyncio.gather(
-            *(self.actuator.set_job_finalizer(job, present=True) for job, _ in fresh)
-        )
-        ready = [pending for (_, pending), ok in zip(fresh, marked, strict=True) if ok]
+            fresh.append(pending)
+        # No finalizer: what a TrainingJob owns goes with it (owner references), and a job
+        # gone from the cache is finished in the store by `_sweep`.
+        ready = fresh
         if not ready:
             return
         try:
@@ -256,29 +259,68 @@ class Reconciler:
         gangq_metrics.set_queue(self.metrics, pending, oldest_pending_seconds=oldest)
 
     async def _sweep(self, held: list[gangs.Held], records: Mapping[str, jobs.JobRecord]) -> None:
-        """Objects of gangs that hold nothing (left by a crash) go; a deleted job whose gangs
-        are all gone finishes in the store and loses its finalizer."""
+        """Claims and running pods of gangs that hold nothing (left by a crash) go; terminated
+        pods stay for their logs. A job whose TrainingJob is gone finishes in the store; a
+        finished one past its `ttlSecondsAfterFinished` is deleted."""
         holding = {h.row.uid for h in held}
         busy = {h.gang.job_uid for h in held}
         pods = gangs.by_gang(self.view.objects(resources.PODS))
         claims = gangs.by_gang(self.view.objects(resources.RESOURCE_CLAIMS))
         for uid in (set(pods) | set(claims)) - holding:
+            running = [p for p in pods.get(uid, []) if not lifecycle.is_terminated(p)]
+            if not running and not claims.get(uid):
+                continue
             busy.add(scale.job_uid(uid))
             await self.actuator.teardown(
-                namespace="", pods=pods.get(uid, []), claims=claims.get(uid, []), services=[]
+                namespace="", gang=None, pods=running, claims=claims.get(uid, [])
             )
+        present: set[str] = set()
         for job in list(self.view.objects(resources.TRAINING_JOBS).values()):
             meta = job.get("metadata") or {}
             uid = str(meta.get("uid"))
-            if not meta.get("deletionTimestamp") or uid in busy:
+            present.add(uid)
+            if not meta.get("deletionTimestamp"):
+                await self._expire(job)
                 continue
+            if uid in busy or trainingjob.FINALIZER not in (meta.get("finalizers") or []):
+                continue
+            # A finalizer an earlier gangq added: dropped once the job's gangs are gone.
             live = [
                 r
                 for r in records.values()
                 if scale.job_uid(r.uid) == uid and r.phase not in scale.FINISHED
             ]
             if await self._finish(live, reason="TrainingJob deleted"):
-                await self.actuator.set_job_finalizer(job, present=False)
+                await self.actuator.drop_job_finalizer(job)
+        # Queued entries of a TrainingJob that is gone (a suspended one stays an admin's).
+        gone = [
+            r
+            for r in records.values()
+            if r.phase == "Queued" and scale.job_uid(r.uid) not in present | busy
+        ]
+        await self._finish(gone, reason="TrainingJob deleted")
+
+    async def _expire(self, job: dict[str, Any]) -> None:
+        """Delete a finished TrainingJob once `spec.ttlSecondsAfterFinished` has passed (as
+        Kubernetes does for Jobs); its kept pods go with it (owner references)."""
+        shown = job.get("status") or {}
+        ttl = (job.get("spec") or {}).get("ttlSecondsAfterFinished")
+        if shown.get("phase") not in scale.FINISHED or not isinstance(ttl, int):
+            return
+        finished = objects.parse_rfc3339(shown.get("finishedAt"))
+        if finished is None or self.clock() < finished + ttl:
+            return
+        meta = job["metadata"]
+        try:
+            await self.view.kube.delete(
+                resources.TRAINING_JOBS, str(meta["namespace"]), str(meta["name"])
+            )
+            logger.info(
+                "deleted %s: ttlSecondsAfterFinished=%d passed", trainingjob.key_of(job), ttl
+            )
+        except KubeError as error:
+            if error.status != 404:
+                logger.info("deleting %s after its TTL: %s", trainingjob.key_of(job), error)
 
     async def _finish(self, live: list[jobs.JobRecord], *, reason: str) -> bool:
         """End queue entries that hold no devices; False when the store refused one."""
@@ -381,6 +423,9 @@ class Reconciler:
             if uid in waiting and wanted.get("phase") == "Running":
                 wanted["reason"] = waiting[uid]
             current = job.get("status") or {}
+            if wanted.get("phase") in scale.FINISHED:
+                # Where the job ran stays readable after its end.
+                wanted["placement"] = current.get("placement") or []
             version = str(meta.get("resourceVersion"))
             last = self.shown.get(uid)
             if last is not None:
@@ -410,7 +455,8 @@ class Reconciler:
         await self._write_statuses(updates)
 
     async def _write_statuses(self, updates: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
-        """Send the status patches concurrently; a refused one is tried again next step."""
+        """Send the status patches concurrently; a refused one is tried again next step. A job
+        that starts to wait, or waits for another kind of reason, also gets an Event."""
         limit = asyncio.Semaphore(STATUS_WRITES_IN_FLIGHT)
 
         async def write(job: dict[str, Any], body: dict[str, Any]) -> None:
@@ -431,5 +477,9 @@ class Reconciler:
                         retry.note_expected(error, what=what)
                     else:
                         logger.info("%s not written: %s", what, error)
+                    return
+                waits = status.new_wait(job.get("status") or {}, body["status"])
+                if waits is not None:
+                    await self.actuator.event(job, waits[0], waits[1], warning=False)
 
         await asyncio.gather(*(write(job, body) for job, body in updates))

@@ -69,6 +69,15 @@ ENQUEUE = text(
 
 
 @dataclass(frozen=True, slots=True)
+class Outcome:
+    """Why a job ended: a CamelCase cause (Succeeded, OOMKilled, NodeLost...) and a sentence
+    naming the replica, node and exit code or cause."""
+
+    cause: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class JobRecord:
     """A job as people see it: its request, where it is in its life and why it waits."""
 
@@ -94,6 +103,8 @@ class JobRecord:
     is_evicting: bool
     reserved_start_at: float | None = None
     """Unix seconds a backfill reservation holds for this queued job (rule 5): its ETA."""
+    outcome: Outcome | None = None
+    """Why a finished job ended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,17 +276,30 @@ async def mark_running(session: AsyncSession, key: str, *, at: float, actor: str
 
 
 async def finish(
-    session: AsyncSession, key: str, *, succeeded: bool, at: float, actor: str, reason: str
+    session: AsyncSession,
+    key: str,
+    *,
+    succeeded: bool,
+    at: float,
+    actor: str,
+    reason: str,
+    cause: str = "",
+    failures: Sequence[Mapping[str, object]] = (),
 ) -> None:
-    """The gang ended for good: its devices are released and its row stays for history."""
+    """The gang ended for good: its devices are released and its row stays for history.
+
+    The cause and reason stay on the row (they are the job's answer to "why did it end"),
+    and each failed replica's node, exit code and message go into the history."""
     row = await _live(session, key)
     instant = timestamps.to_datetime(at)
     freed = await reservations.release(session, [row.id], at=instant)
     row.phase = SUCCEEDED if succeeded else FAILED
     row.finished_at, row.evicting = instant, False
-    row.pending_code = row.pending_message = None
+    row.pending_code, row.pending_message = cause or None, reason
     row.queue_position = row.reserved_start_at = None
-    details = {"devices_released": freed}
+    details: dict[str, object] = {"devices_released": freed}
+    if failures:
+        details["replicas"] = list(failures)
     kind = EventKind.SUCCEEDED if succeeded else EventKind.FAILED
     await _record(session, row, kind=kind, actor=actor, at=at, reason=reason, details=details)
 
@@ -309,8 +333,10 @@ async def requeue(
     reason: str,
     preempted: bool = False,
     backoff_s: float = 0.0,
+    failures: Sequence[Mapping[str, object]] = (),
 ) -> None:
-    """Release the gang whole and queue it again with its original submission time (rule 6, 8)."""
+    """Release the gang whole and queue it again with its original submission time (rule 6, 8);
+    each failed replica's node, exit code and message go into the history."""
     row = await _live(session, key)
     instant = timestamps.to_datetime(at)
     freed = await reservations.release(session, [row.id], at=instant)
@@ -321,11 +347,14 @@ async def requeue(
         row.preemptions += 1
     else:
         row.restarts += 1
-    details = {"devices_released": freed, "backoff_s": backoff_s}
+    details: dict[str, object] = {"devices_released": freed, "backoff_s": backoff_s}
     await _record(
         session, row, kind=EventKind.RELEASED, actor=actor, at=at, reason=reason, details=details
     )
-    await _record(session, row, kind=EventKind.REQUEUED, actor=actor, at=at, reason=reason)
+    requeued = {"replicas": list(failures)} if failures else None
+    await _record(
+        session, row, kind=EventKind.REQUEUED, actor=actor, at=at, reason=reason, details=requeued
+    )
 
 
 async def suspend(session: AsyncSession, key: str, *, at: float, actor: str, reason: str) -> None:
@@ -384,8 +413,11 @@ _RECORD_COLUMNS = tuple(getattr(JobRow, name) for name in _RecordFields.__annota
 
 
 def _record_view(row: _RecordFields) -> JobRecord:
-    reason = None
-    if row.pending_code is not None:
+    reason = outcome = None
+    if row.phase in FINISHED_PHASES:
+        if row.pending_message is not None:
+            outcome = Outcome(row.pending_code or "", row.pending_message)
+    elif row.pending_code is not None:
         reason = explain.PendingReason(
             explain.ReasonCode(row.pending_code), row.pending_message or ""
         )
@@ -411,6 +443,7 @@ def _record_view(row: _RecordFields) -> JobRecord:
         borrowed=row.borrowed,
         is_evicting=row.evicting,
         reserved_start_at=timestamps.optional_unix(row.reserved_start_at),
+        outcome=outcome,
     )
 
 

@@ -12,6 +12,7 @@ from api_scenario import CLUSTER_ADMIN, QUOTA_ADMIN, VIEWER_A, VIEWER_B, hold_a_
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue import cli
+from gangq.queue.store import jobs
 
 
 async def gangq(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -70,6 +71,43 @@ async def test_one_job_with_placement_and_history(
     assert lines(placement)[1][0] == "0"
     history = out.split("History:\n")[1]
     assert [row[1] for row in lines(history)[1:]] == ["enqueued", "admitted"]
+
+
+async def test_a_failed_job_shows_why_and_each_failed_replica(
+    server: str,
+    capsys: pytest.CaptureFixture[str],
+    session_factory: async_sessionmaker[AsyncSession],
+) -> None:
+    failure = {"replica": 0, "node": "node-0", "reason": "OOMKilled", "exitCode": 137}
+    why = "replica 0 on node-0 exited with code 137 (OOMKilled); 0 of 0 restarts used"
+    async with session_factory() as session, session.begin():
+        await jobs.mark_running(session, "team-a/a-small", at=time.time(), actor="test")
+        await jobs.finish(
+            session,
+            "team-a/a-small",
+            succeeded=False,
+            at=time.time(),
+            actor="test",
+            reason=why,
+            cause="OOMKilled",
+            failures=[{**failure, "message": "CUDA out of memory"}],
+        )
+    code, out, _ = await gangq(
+        capsys, "job", "team-a/a-small", "--server", server, "--token", VIEWER_A
+    )
+    assert code == 0
+    assert f"Reason:    {why}" in out
+    failed = out.split("Failed replicas:\n")[1]
+    assert lines(failed)[1][1:] == [
+        "0",
+        "node-0",
+        "137",
+        "OOMKilled",
+        "CUDA",
+        "out",
+        "of",
+        "memory",
+    ]
 
 
 async def test_a_reserved_job_shows_its_eta(

@@ -369,7 +369,7 @@ def test_base_installs_the_crd_of_crds() -> None:
 # --- RBAC ----------------------------------------------------------------------------------------
 
 EXPECTED_CLUSTER_PERMISSIONS = {
-    ("gangq.dev", "trainingjobs"): {"get", "list", "watch", "update", "patch"},
+    ("gangq.dev", "trainingjobs"): {"get", "list", "watch", "update", "patch", "delete"},
     ("gangq.dev", "trainingjobs/status"): {"get", "update", "patch"},
     ("gangq.dev", "trainingjobs/finalizers"): {"update"},
     ("", "pods"): {"get", "list", "watch", "create", "update", "patch", "delete"},
@@ -382,6 +382,7 @@ EXPECTED_CLUSTER_PERMISSIONS = {
         "update",
         "patch",
         "delete",
+        "deletecollection",
     },
     ("resource.k8s.io", "resourceclaims/status"): {"get", "update", "patch"},
     ("resource.k8s.io", "resourceslices"): {"get", "list", "watch"},
