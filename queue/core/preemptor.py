@@ -195,7 +195,9 @@ def weigh(
       nominal) waits while that predicted start comes before its patience runs out
       (`Tier.reclaim_within_s` from submission), and evicts once it has waited that long.
     - Otherwise eviction pays when the victims' lost work (device-seconds since their last
-      checkpoint) is at most `Policy.preemption_cost_factor` x the job's devices x its wait.
+      checkpoint) is at most `Policy.preemption_cost_factor` x the devices served x the
+      wait: the job's devices, or for a reclaim all its tenant is owed (the devices freed
+      serve the tenant's other waiting jobs within nominal too).
     """
     tier = state.tiers[job.tier]
     if not victims or tier.always_preempts:
@@ -214,7 +216,10 @@ def weigh(
         if wait is not None and wait <= left:
             return explain.reclaim_patience(free_in_s=wait, evict_in_s=left)
     factor = state.policy.preemption_cost_factor
-    pays = wait is None or math.isinf(factor) or lost <= factor * job.device_count * wait
+    served = job.device_count
+    if reclaim:
+        served = max(served, state.owed.of(job.tenant, job.device_class))
+    pays = wait is None or math.isinf(factor) or lost <= factor * served * wait
     if pays:
         return None
     if reclaim:
