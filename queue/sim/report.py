@@ -301,3 +301,91 @@ def table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
         )
         lines.append(f"{label:<{width}}{cells}")
     return "\n".join(lines)
+
+
+def worst(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The worst of several runs of one policy, figure by figure (lowest utilization and
+    fairness, highest waits, losses and partial starts): what the goals must hold against."""
+    tiers = sorted({tier for s in summaries for tier in s["wait_p95_s"]})
+
+    def highest(values: Iterable[Any]) -> Any:
+        present = [v for v in values if v is not None]
+        return max(present, default=None)
+
+    def lowest(values: Iterable[Any]) -> Any:
+        present = [v for v in values if v is not None]
+        return min(present, default=None)
+
+    return {
+        "utilization_useful": lowest(s["utilization_useful"] for s in summaries),
+        "lost_fraction": highest(s["lost_fraction"] for s in summaries),
+        "partial_starts": highest(s["partial_starts"] for s in summaries),
+        "fairness_jain": lowest(s["fairness"]["jain"] for s in summaries),
+        "prediction_error": highest(s["prediction_error"] for s in summaries),
+        "wait_p95_s": {
+            tier: highest(s["wait_p95_s"].get(tier) for s in summaries) for tier in tiers
+        },
+    }
+
+
+SEED_COLUMNS = ("useful", "lost", "prod p95", "training p95", "small p95", "partial", "jain")
+
+
+def _seed_cells(
+    useful: Any, lost: Any, waits: Mapping[str, Any], partial: Any, jain: Any
+) -> list[str]:
+    return [
+        _percent(useful),
+        _percent(lost),
+        _hours(waits.get("prod-inference")),
+        _hours(waits.get("training")),
+        _hours(waits.get("small")),
+        str(partial),
+        _ratio(jain),
+    ]
+
+
+def seeds_table(
+    by_seed: Mapping[int, Mapping[str, Mapping[str, Any]]],
+    *,
+    worst: Mapping[str, Mapping[str, Any]],
+) -> str:
+    """One row per seed and policy with the goal figures, then each policy's worst row."""
+    rows: list[list[str]] = [["seed", "policy", *SEED_COLUMNS]]
+    for seed, policies in by_seed.items():
+        for name, s in policies.items():
+            rows.append(
+                [
+                    str(seed),
+                    name,
+                    *_seed_cells(
+                        s["utilization_useful"],
+                        s["lost_fraction"],
+                        s["wait_p95_s"],
+                        s["partial_starts"],
+                        s["fairness"]["jain"],
+                    ),
+                ]
+            )
+    for name, w in worst.items():
+        rows.append(
+            [
+                "worst",
+                name,
+                *_seed_cells(
+                    w["utilization_useful"],
+                    w["lost_fraction"],
+                    w["wait_p95_s"],
+                    w["partial_starts"],
+                    w["fairness_jain"],
+                ),
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(width) if i < 2 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    )
