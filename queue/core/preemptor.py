@@ -164,7 +164,7 @@ def _find(
     return best[0], best[1], evicting
 
 
-NODES_COMPARED = 16
+NODES_COMPARED = 8
 """A one-replica preemptor compares the cheapest victim sets of up to this many nodes (the
 most promising first, `_victims_by_node`); on the reference cluster that is every node."""
 
