@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -15,6 +16,7 @@ from gangq.queue.core import cycle
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.explain import ReasonCode
 from gangq.queue.core.model import (
+    DEFAULT_TIERS,
     CycleResult,
     JobKey,
     PendingJob,
@@ -27,9 +29,12 @@ from gangq.queue.core.model import (
 )
 
 NOW = 10_000.0
-ALWAYS_PAYS = Policy(preemption_cost_factor=math.inf)
+ALWAYS_PAYS = Policy(
+    preemption_cost_factor=math.inf,
+    tiers=tuple(dataclasses.replace(tier, reclaim_within_s=0.0) for tier in DEFAULT_TIERS),
+)
 """These tests are about who may be a victim and which set is chosen; whether an eviction
-pays (rule 6) has its own tests in test_core_goodput.py."""
+pays and how long a reclaim waits (rule 6) have their own tests in test_core_goodput.py."""
 QUOTAS = (
     builders.quota("team-a", 16, borrowing_limit=16),
     builders.quota("team-b", 16, borrowing_limit=16),
@@ -141,7 +146,9 @@ def test_a_job_still_in_its_delay_does_not_stop_an_older_one_from_preempting() -
     """Jobs alike share one verdict per cycle; whether each may preempt yet is part of it.
     (Without backfill, the younger job's refusal is such a shared verdict.)"""
     quotas = (builders.quota("team-a", 8), builders.quota("team-b", 0, borrowing_limit=8))
-    borrower = builders.gang("train", [("node-0", range(8))], tier="training", borrowed=8)
+    borrower = builders.gang(
+        "train", [("node-0", range(8))], tier="training", borrowed=8, max_runtime_s=None
+    )
     young = builders.job("young", tier="small", priority=5, submitted_at=NOW - 10)
     old = builders.job("old", tier="small", submitted_at=NOW - 1000)
     snapshot = Snapshot(
