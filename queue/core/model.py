@@ -68,7 +68,7 @@ DEFAULT_TIERS: tuple[Tier, ...] = (
         100,
         min_runtime_before_preemption_s=60.0,
         preemption_delay_s=300.0,
-        reclaim_within_s=14_400.0,
+        reclaim_within_s=28_800.0,
     ),
 )
 

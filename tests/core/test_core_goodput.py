@@ -214,19 +214,19 @@ def _reclaim(waited_s: float) -> CycleResult:
 
 
 def test_a_reclaim_waits_for_borrowed_devices_predicted_free_within_its_patience() -> None:
-    """The small tier waits up to 4 h (after its 300 s preemption delay)."""
+    """The small tier waits up to 8 h (after its 300 s preemption delay)."""
     result = _reclaim(waited_s=400.0)
     assert result.preemptions == ()
     reason = result.pending[JobKey("team-a/x")]
     assert reason.code is ReasonCode.PREEMPTION
     assert reason.message.startswith(
         "preemption: reclaim waits: borrowed devices free in ~7m by prediction; evicting "
-        "borrowers after ~3h53m"
+        "borrowers after ~7h53m"
     )
 
 
 def test_a_reclaim_evicts_once_it_has_waited_its_patience() -> None:
-    assert _victims(_reclaim(waited_s=14_400.0)) == ["team-b/borrower"]
+    assert _victims(_reclaim(waited_s=28_800.0)) == ["team-b/borrower"]
 
 
 # --- predicted runtimes in reservations ------------------------------------------------------
