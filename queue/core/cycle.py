@@ -121,10 +121,15 @@ def _expect_owed(valid: list[PendingJob], *, state: CycleState) -> None:
 
 
 def _job_end(job: PendingJob, *, state: CycleState) -> float:
+    """When the job would end if admitted now: by its predicted runtime (rule 5), else by its
+    bound; never for long-running tiers and jobs with neither."""
     tier = state.tiers[job.tier]
-    if job.max_runtime_s is None or tier.long_running:
+    runtime = job.predicted_runtime_s if job.predicted_runtime_s is not None else job.max_runtime_s
+    if runtime is None or tier.long_running:
         return math.inf
-    return state.now + job.max_runtime_s
+    if job.max_runtime_s is not None:
+        runtime = min(runtime, job.max_runtime_s)
+    return state.now + runtime
 
 
 def _holds_for(job: PendingJob, *, state: CycleState) -> Mask:
@@ -178,21 +183,27 @@ def _decide(job: PendingJob, *, state: CycleState) -> None:
         return
     if mask and isinstance(_place(shape, (), fence, state=state), list):
         head = state.holds[mask[0]].reservation
-        reason = explain.backfill(head=head.job, start_in_s=head.start_at - state.now)
+        reason = explain.backfill(
+            head=head.job, start_in_s=head.start_at - state.now, outlived=head.outlived
+        )
         state.pending[job.key] = state.verdicts[verdict_key] = reason
         return
     if eager and preemptor.try_preempt(
         job, shape, state=state, may_reclaim=may_reclaim, excluded=excluded, held_room=held_room
     ):
         return
-    reason = _capacity_reason(job, outcome)
+    weighed = state.pending.get(job.key)
+    reason = weighed if weighed is not None else _capacity_reason(job, outcome)
     start = None
     if state.policy.backfill and job.tier not in state.reserved_tiers:
         start = _reserve(job, shape, state=state, excluded=excluded, held_room=held_room)
     if start is None:
-        state.verdicts[verdict_key] = reason
+        if weighed is None:
+            state.verdicts[verdict_key] = reason
     else:
-        reason = explain.with_reserved_start(reason, start_in_s=start - state.now)
+        reason = explain.with_reserved_start(
+            reason, start_in_s=start.start_at - state.now, outlived=start.outlived
+        )
     state.pending[job.key] = reason
 
 
@@ -293,6 +304,7 @@ def _admit(job: PendingJob, choice: placement.Choice, *, state: CycleState) -> N
         borrowed=borrowed,
         pod=job.pod,
         submitted_at=job.submitted_at,
+        predicted_end_at=end,
     )
     bisect.insort(state.admitted_releases, (end, gang), key=backfill.release_order)
 
@@ -319,7 +331,7 @@ def _reserve(
     state: CycleState,
     excluded: frozenset[DeviceId],
     held_room: dict[NodeName, backfill.Room],
-) -> float | None:
+) -> BackfillReservation | None:
     """Phase 2d: the first blocked job of a tier gets its earliest start on concrete nodes."""
     if shape in state.unreservable:
         return None
@@ -346,10 +358,13 @@ def _reserve(
     if found is None:
         state.unreservable.add(shape)
         return None
-    start, choice = found
     reservation = BackfillReservation(
-        job=job.key, tier=job.tier, start_at=start, nodes=tuple(node for node, _ in choice)
+        job=job.key,
+        tier=job.tier,
+        start_at=found.at,
+        nodes=tuple(node for node, _ in found.choice),
+        outlived=found.outlived,
     )
-    state.holds.append(backfill.hold(reservation, choice, pool=state.pool, shape=shape))
+    state.holds.append(backfill.hold(reservation, found.choice, pool=state.pool, shape=shape))
     state.reserved_tiers.add(job.tier)
-    return start
+    return reservation
