@@ -39,12 +39,12 @@ class Hold:
 
 
 def end_of(job: RunningJob, *, tiers: Mapping[str, Tier], now: float) -> float:
-    """When the gang's devices are free at the latest: now for evicted gangs, never (inf) for
-    long-running tiers and gangs without a runtime bound."""
+    """When the gang's devices are expected free: now for evicted gangs, its predicted end
+    (rule 5, else its runtime bound), never (inf) for long-running tiers and unbounded gangs."""
     if job.is_evicting:
         return now
     tier = tiers.get(job.tier)
-    ends = job.ends_at
+    ends = job.ends_at if job.predicted_end_at is None else job.predicted_end_at
     if ends is None or (tier is not None and tier.long_running):
         return math.inf
     return ends

@@ -22,7 +22,7 @@ from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
 from gangq.queue.core import model
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.kube import cache, lifecycle, objects, resources, scale, trainingjob
+from gangq.queue.kube import cache, history, lifecycle, objects, resources, scale, trainingjob
 from gangq.queue.kube.actuator import Actuator
 from gangq.queue.kube.client import KubeError
 from gangq.queue.store import jobs, leader, reservations, snapshot, timestamps
@@ -82,6 +82,7 @@ class Gangs:
         clock: Callable[[], float],
         metrics: gangq_metrics.Metrics,
         actuator: Actuator,
+        history: history.History,
     ) -> None:
         self.view = view
         self.settings = settings
@@ -90,6 +91,7 @@ class Gangs:
         self.clock = clock
         self.metrics = metrics
         self.actuator = actuator
+        self.history = history
         self.skews_ms: dict[str, int] = {}
         """Release skew per gang uid, shown in the job's status."""
         self.deadlines: dict[str, float] = {}
@@ -324,6 +326,15 @@ class Gangs:
                     actor=actor,
                     reason=verdict.reason,
                 )
+            tier = self.settings.tier(held.row.tier)
+            run = await self.history.record(
+                session,
+                held.row,
+                verdict,
+                now=now,
+                long_running=bool(tier and tier.long_running),
+            )
+        self.history.learn(run)
         self.deadlines.pop(gang.uid, None)
         self.endings.pop((gang.uid, gang.admitted_at), None)
         if verdict.failure and not gang.is_running:

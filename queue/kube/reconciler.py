@@ -24,7 +24,17 @@ from gangq.queue.config import ControllerSettings
 from gangq.queue.core import capacity, model
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.kube import cache, gangs, objects, resources, scale, status, trainingjob
+from gangq.queue.kube import (
+    cache,
+    checkpoints,
+    gangs,
+    history,
+    objects,
+    resources,
+    scale,
+    status,
+    trainingjob,
+)
 from gangq.queue.kube.actuator import Actuator
 from gangq.queue.kube.client import KubeError
 from gangq.queue.store import admission, jobs, leader, tenants
@@ -65,6 +75,10 @@ class Reconciler:
         self.clock = clock
         self.metrics = metrics
         self.actuator = Actuator(view.kube, settings=settings, clock=clock)
+        self.history = history.History(sessions)
+        self.checkpoints = checkpoints.Checkpoints(
+            view, writes=self.writes, actuator=self.actuator, clock=clock
+        )
         self.gangs = gangs.Gangs(
             view,
             settings=settings,
@@ -73,6 +87,7 @@ class Reconciler:
             clock=clock,
             metrics=metrics,
             actuator=self.actuator,
+            history=self.history,
         )
         self.matcher = DeviceMatcher()
         self.policy = settings.policy()
@@ -103,6 +118,8 @@ class Reconciler:
                 await self._write_tenants()
                 self.tenants_epoch = epoch
             await self._enqueue_new()
+            await self.checkpoints.sync(queued=self.known)
+            predictor = await self.history.ensure(epoch=epoch)
             await self._scale(await self._records())
             started = time.monotonic()
             result = await admission.run(
@@ -113,6 +130,7 @@ class Reconciler:
                 matcher=self.matcher,
                 epoch=epoch,
                 actor=self.settings.actor,
+                predictor=predictor,
             )
             gangq_metrics.observe_cycle(self.metrics, time.monotonic() - started)
             records = await self._records()
