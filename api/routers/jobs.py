@@ -10,7 +10,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, status
 from gangq.api import schemas
 from gangq.api.deps import PrincipalDep, SessionDep
 from gangq.api.routers import access
-from gangq.queue.store import jobs
+from gangq.queue.store import jobs, runs
 from gangq.queue.store.models import PHASES
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=schemas.AUTHENTICATED_ERRORS)
@@ -59,11 +59,14 @@ async def list_jobs(
 async def get_job(
     principal: PrincipalDep, session: SessionDep, namespace: NameParam, name: NameParam
 ) -> schemas.JobDetailOut:
-    """One job: position, pending reason, ETA, placement and its whole event history."""
+    """One job: position, pending reason, ETA, placement, predicted runtime, the work an
+    eviction would destroy now, and its whole event history."""
     detail = await jobs.get_job(session, f"{namespace}/{name}")
     # A job of another tenant is reported missing, so its existence does not leak.
     if detail is None or not principal.can_read_tenant(detail.job.tenant):
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, f"no job {namespace}/{name} that you may read"
         )
-    return schemas.JobDetailOut.of(detail, now=time.time())
+    now = time.time()
+    estimate = await runs.estimate(session, detail.job.key, placement=detail.placement, now=now)
+    return schemas.JobDetailOut.of(detail, now=now, estimate=estimate)

@@ -27,6 +27,7 @@ from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import (
     cache,
     checkpoints,
+    estimates,
     gangs,
     history,
     objects,
@@ -394,11 +395,11 @@ class Reconciler:
             last = self.shown.get(uid)
             if last is not None:
                 shown[uid] = last
-                if last.version == version and not status.differs(last.status, wanted):
+                if last.version == version and not self._differs(last.status, wanted, now=clock):
                     continue
-            if not status.differs(current, wanted) and current.get("releaseSkewMs") == wanted.get(
+            if not self._differs(current, wanted, now=clock) and current.get(
                 "releaseSkewMs"
-            ):
+            ) == wanted.get("releaseSkewMs"):
                 continue
             body = {"status": status.merged_conditions(current, wanted)}
             if last is not None and status.only_queue_moved(current, wanted):
@@ -417,6 +418,11 @@ class Reconciler:
             updates.append((job, body))
         self.shown = shown
         await self._write_statuses(updates)
+
+    @staticmethod
+    def _differs(current: Mapping[str, Any], wanted: Mapping[str, Any], *, now: float) -> bool:
+        """A status write is due: a compared field changed or the estimated start moved."""
+        return status.differs(current, wanted) or estimates.has_moved(current, wanted, now=now)
 
     async def _write_statuses(self, updates: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
         """Send the status patches concurrently; a refused one is tried again next step."""

@@ -49,6 +49,9 @@ class TrainingJobSpec(BaseModel):
     startup_timeout_seconds: int = Field(alias="startupTimeoutSeconds", default=600, ge=1)
     max_runtime_seconds: int | None = Field(alias="maxRuntimeSeconds", default=None, ge=1)
     max_restarts: int = Field(alias="maxRestarts", default=3, ge=0)
+    checkpoint_interval_seconds: int | None = Field(
+        alias="checkpointIntervalSeconds", default=None, ge=1, le=2**31 - 1
+    )
     template: dict[str, Any] = Field(default_factory=dict)
 
 
