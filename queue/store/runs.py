@@ -38,7 +38,8 @@ _SHAPE = (RunRow.tenant, RunRow.tier, RunRow.replicas, RunRow.devices_per_replic
 class Run:
     """One attempt that ran to its own end, as it is recorded."""
 
-    job_id: int
+    job_id: int | None
+    """None for a run imported from elsewhere (no queue row of its own)."""
     job_key: str
     shape: prediction.RunShape
     device_class: str
