@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core import inventory as inventory_builder
-from gangq.queue.core import model
+from gangq.queue.core import model, prediction
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.store import admission, jobs, leader, tenants
 
@@ -112,7 +112,11 @@ async def seed(sessions: async_sessionmaker[AsyncSession], database_url: str) ->
 
 
 async def decide(
-    sessions: async_sessionmaker[AsyncSession], database_url: str, *, now: float
+    sessions: async_sessionmaker[AsyncSession],
+    database_url: str,
+    *,
+    now: float,
+    predictor: prediction.RuntimePredictor | None = None,
 ) -> model.CycleResult:
     """One real admission cycle over the scenario's cluster, as the leading controller."""
     leadership = leader.Leadership(database_url, holder="api-tests")
@@ -126,6 +130,7 @@ async def decide(
             now=now,
             matcher=DeviceMatcher(),
             epoch=leadership.epoch,
+            predictor=predictor,
         )
     finally:
         await leadership.release()
