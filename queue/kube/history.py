@@ -13,7 +13,6 @@ import logging
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gangq.queue.core import prediction
 from gangq.queue.kube import lifecycle
 from gangq.queue.store import runs, snapshot, timestamps
 
@@ -64,17 +63,17 @@ class History:
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self.sessions = sessions
-        self.predictor: prediction.RuntimePredictor | None = None
+        self.estimator: runs.Estimator | None = None
         self._epoch: int | None = None
 
-    async def ensure(self, *, epoch: int) -> prediction.RuntimePredictor:
-        """The predictor of this leadership, read from the store when `epoch` is new."""
-        if self.predictor is None or self._epoch != epoch:
+    async def ensure(self, *, epoch: int) -> runs.Estimator:
+        """The predictions of this leadership, read from the store when `epoch` is new."""
+        if self.estimator is None or self._epoch != epoch:
             async with self.sessions() as session:
                 finished = await runs.recent(session)
-            self.predictor, self._epoch = runs.predictor_of(finished), epoch
+            self.estimator, self._epoch = runs.Estimator(runs.predictor_of(finished)), epoch
             logger.info("runtime predictor loaded: %d recent runs (epoch %d)", len(finished), epoch)
-        return self.predictor
+        return self.estimator
 
     async def record(
         self,
@@ -93,5 +92,5 @@ class History:
 
     def learn(self, run: runs.Run | None) -> None:
         """After the ending committed: the predictor knows the run from the next cycle on."""
-        if run is not None and self.predictor is not None:
-            self.predictor.record(run.finished)
+        if run is not None and self.estimator is not None:
+            self.estimator.learn(run.finished)

@@ -120,7 +120,7 @@ class Reconciler:
                 self.tenants_epoch = epoch
             await self._enqueue_new()
             await self.checkpoints.sync(queued=self.known)
-            predictor = await self.history.ensure(epoch=epoch)
+            estimator = await self.history.ensure(epoch=epoch)
             await self._scale(await self._records())
             started = time.monotonic()
             result = await admission.run(
@@ -131,7 +131,7 @@ class Reconciler:
                 matcher=self.matcher,
                 epoch=epoch,
                 actor=self.settings.actor,
-                predictor=predictor,
+                estimator=estimator,
             )
             gangq_metrics.observe_cycle(self.metrics, time.monotonic() - started)
             records = await self._records()

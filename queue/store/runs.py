@@ -31,6 +31,7 @@ RECORD = text(
     ON CONFLICT (job_id, started_at) DO NOTHING
     """
 )
+_UNKNOWN = object()
 _SHAPE = (RunRow.tenant, RunRow.tier, RunRow.replicas, RunRow.devices_per_replica, RunRow.family)
 
 
@@ -157,13 +158,23 @@ async def recent_of(
 
 
 class Estimator:
-    """Predictions for the jobs of one cycle, one per distinct shape and bound: a queue of
-    thousands of jobs from a few templates costs a few predictions, not thousands."""
+    """Predictions for the jobs of every cycle, one per distinct shape and bound, kept until the
+    predictor learns a run: a queue of thousands of jobs costs dictionary lookups per cycle."""
+
+    FAMILIES_KEPT = 100_000
+    """Names whose family is remembered; past it the memory starts over (names of jobs
+    long gone would otherwise pile up)."""
 
     def __init__(self, predictor: prediction.RuntimePredictor) -> None:
         self.predictor = predictor
         self._families: dict[str, str] = {}
-        self._runtimes: dict[tuple[prediction.RunShape, float | None], float | None] = {}
+        self._runtimes: dict[tuple[object, ...], float | None] = {}
+        """Predictions by the job's columns (name included: its family may come from it)."""
+
+    def learn(self, run: prediction.FinishedRun) -> None:
+        """A run ended: the predictor knows it and every prediction is made again."""
+        self.predictor.record(run)
+        self._runtimes.clear()
 
     def runtime_s(
         self,
@@ -177,15 +188,19 @@ class Estimator:
         max_runtime_s: float | None,
     ) -> float | None:
         """The predicted runtime, at most `max_runtime_s`; None when neither is known."""
+        key = (tenant, tier, replicas, devices_per_replica, family, name, max_runtime_s)
+        found = self._runtimes.get(key, _UNKNOWN)
+        if found is not _UNKNOWN:
+            return found  # type: ignore[return-value]
         if family is None:
             family = self._families.get(name)
             if family is None:
+                if len(self._families) >= self.FAMILIES_KEPT:
+                    self._families.clear()
                 family = self._families[name] = prediction.family_of(name)
         shape = prediction.RunShape(tenant, tier, replicas, devices_per_replica, family)
-        key = (shape, max_runtime_s)
-        if key not in self._runtimes:
-            self._runtimes[key] = self.predictor.predict(shape, max_runtime_s=max_runtime_s)
-        return self._runtimes[key]
+        found = self._runtimes[key] = self.predictor.predict(shape, max_runtime_s=max_runtime_s)
+        return found
 
     @staticmethod
     def end_at(

@@ -14,7 +14,7 @@ from typing import Any, TypeAlias
 from sqlalchemy import Row, Text, cast, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gangq.queue.core import model, prediction
+from gangq.queue.core import model
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.store import reservations, runs, spec, tenants, timestamps
 from gangq.queue.store.models import HOLDING_PHASES, QUEUED, JobRow
@@ -174,10 +174,9 @@ async def load(
     inventory: model.Inventory,
     *,
     now: float,
-    predictor: prediction.RuntimePredictor | None = None,
+    estimator: runs.Estimator | None = None,
 ) -> Loaded:
-    """The cycle's input; with a `predictor`, jobs carry predicted runtimes and ends (rule 5)."""
-    estimator = None if predictor is None else runs.Estimator(predictor)
+    """The cycle's input; with an `estimator`, jobs carry predicted runtimes and ends (rule 5)."""
     quotas = await tenants.all_quotas(session)
     holding = await holding_rows(session)
     placements = await reservations.active_by_job(session)

@@ -12,9 +12,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core import inventory as inventory_builder
-from gangq.queue.core import model, prediction
+from gangq.queue.core import model
 from gangq.queue.core.cel import DeviceMatcher
-from gangq.queue.store import admission, jobs, leader, tenants
+from gangq.queue.store import admission, jobs, leader, runs, tenants
 
 T0 = 1_790_000_000.0
 GPU = "gpu.nvidia.com"
@@ -116,7 +116,7 @@ async def decide(
     database_url: str,
     *,
     now: float,
-    predictor: prediction.RuntimePredictor | None = None,
+    estimator: runs.Estimator | None = None,
 ) -> model.CycleResult:
     """One real admission cycle over the scenario's cluster, as the leading controller."""
     leadership = leader.Leadership(database_url, holder="api-tests")
@@ -130,7 +130,7 @@ async def decide(
             now=now,
             matcher=DeviceMatcher(),
             epoch=leadership.epoch,
-            predictor=predictor,
+            estimator=estimator,
         )
     finally:
         await leadership.release()

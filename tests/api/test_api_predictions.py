@@ -44,8 +44,8 @@ async def test_etas_and_details_come_from_predicted_runtimes(
         )
         wide = job("team-b/b-wide", "team-b", replicas=2, devices=4, at=started)
         await jobs.enqueue(session, [wide], actor="test", now=started)
-        predictor = runs.predictor_of(await runs.recent(session))
-    result = await decide(session_factory, database_url, now=time.time(), predictor=predictor)
+        estimator = runs.Estimator(runs.predictor_of(await runs.recent(session)))
+    result = await decide(session_factory, database_url, now=time.time(), estimator=estimator)
     # b-wide needs both nodes: it starts when the later predicted end (b-one's 900 s) comes.
     [reservation] = result.reservations
     assert reservation.job == "team-b/b-wide"

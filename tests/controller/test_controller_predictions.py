@@ -30,9 +30,9 @@ async def _runs(engine: AsyncEngine) -> list[RunRow]:
 async def _running(engine: AsyncEngine, key: str) -> model.RunningJob | None:
     """The gang as the leader's snapshot has it (the same function, rows and history)."""
     async with database.session_factory(engine)() as session:
-        predictor = runs.predictor_of(await runs.recent(session))
+        estimator = runs.Estimator(runs.predictor_of(await runs.recent(session)))
         loaded = await snapshot.load(
-            session, model.Inventory(), now=time.time(), predictor=predictor
+            session, model.Inventory(), now=time.time(), estimator=estimator
         )
     return {g.key: g for g in loaded.snapshot.running}.get(model.JobKey(key))
 
@@ -87,7 +87,9 @@ async def test_runs_are_recorded_when_gangs_end_by_themselves_never_when_evicted
     ]
     for row in recorded:
         assert row.device_class == "gpu.nvidia.com"
-        assert row.runtime_s == pytest.approx((row.ended_at - row.started_at).total_seconds())
+        assert row.runtime_s == pytest.approx(
+            (row.ended_at - row.started_at).total_seconds(), abs=1e-3
+        )
         assert 0 < row.runtime_s < 30
 
 

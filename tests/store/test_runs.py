@@ -89,7 +89,8 @@ async def _load(
     sessions: Sessions, *, now: float, predictor: prediction.RuntimePredictor | None = None
 ) -> model.Snapshot:
     async with sessions() as session:
-        loaded = await snapshot.load(session, inventory(2), now=now, predictor=predictor)
+        estimator = None if predictor is None else runs.Estimator(predictor)
+        loaded = await snapshot.load(session, inventory(2), now=now, estimator=estimator)
     return loaded.snapshot
 
 
@@ -130,7 +131,7 @@ async def test_the_snapshot_carries_predictions_and_checkpoints(
                 now=now,
                 matcher=DeviceMatcher(),
                 epoch=leadership.epoch,
-                predictor=predictor,
+                estimator=runs.Estimator(predictor),
             )
             for now in (T0, T0 + 5)
         ]
@@ -175,3 +176,24 @@ async def test_the_snapshot_carries_predictions_and_checkpoints(
             [checkpoints.Reported(uid="uid-ml-train/train-7", last_checkpoint_at=T0 + 400)],
         )
     assert (await gang(T0 + 100)).last_checkpoint_at == T0 + 500
+
+
+def test_predictions_are_kept_across_cycles_until_a_run_is_learned() -> None:
+    estimator = runs.Estimator(
+        runs.predictor_of([run(TRAIN, runtime_s=100.0, ended_at=T0).finished])
+    )
+
+    def predicted() -> float | None:
+        return estimator.runtime_s(
+            tenant="ml-train",
+            tier="training",
+            replicas=1,
+            devices_per_replica=8,
+            family=None,
+            name="train-12",
+            max_runtime_s=3600.0,
+        )
+
+    assert predicted() == 100.0
+    estimator.learn(run(TRAIN, runtime_s=300.0, ended_at=T0 + 1).finished)
+    assert predicted() == 200.0
