@@ -187,7 +187,7 @@ async def test_checkpoint_reports_reach_the_snapshot_and_survive_a_restart(
     assert "is not an RFC3339 time" in _warnings(harness, "CheckpointIgnored")[0]
     await _annotate(harness, "ckpt", "2099-01-01T00:00:00Z")
     await wait_for(lambda: len(_warnings(harness, "CheckpointIgnored")) == 2)
-    assert "is in the future" in _warnings(harness, "CheckpointIgnored")[1]
+    assert any("is in the future" in m for m in _warnings(harness, "CheckpointIgnored"))
     assert harness.phase("ckpt") == "Running"
     assert await reported() == saved
 
