@@ -136,6 +136,28 @@ def _eta(job: dict[str, Any]) -> str:
     return f"~{table.duration(job['etaSeconds'])} (reserved start {job['reservedStartAt']})"
 
 
+def _predicted(prediction: dict[str, Any]) -> str:
+    """The predicted runtime, and the predicted end of a job holding devices."""
+    if prediction.get("runtimeSeconds") is None:
+        return "-"
+    text = f"~{table.duration(prediction['runtimeSeconds'])}"
+    if prediction.get("endAt") is not None:
+        text += f" (ends ~{prediction['endAt']})"
+    return text
+
+
+def _lost_work(prediction: dict[str, Any]) -> str:
+    """The work an eviction now would destroy, in device-hours, and what bounds it."""
+    lost = prediction.get("lostWorkDeviceSeconds")
+    if lost is None:
+        return "-"
+    since = prediction.get("lastCheckpointAt") or "the start"
+    text = f"{lost / 3600:.1f} device-h if evicted now (since {since}"
+    if prediction.get("checkpointIntervalSeconds") is not None:
+        text += f", at most one {table.duration(prediction['checkpointIntervalSeconds'])} interval"
+    return text + ")"
+
+
 def show_jobs(args: argparse.Namespace) -> int:
     query = _query(
         tenant=args.tenant, tier=args.tier, phase=args.phase, limit=args.limit, offset=args.offset
@@ -184,6 +206,8 @@ def show_job(args: argparse.Namespace) -> int:
         ("Phase", job["phase"] + position),
         ("Reason", why),
         ("ETA", _eta(job)),
+        ("Predicted", _predicted(detail.get("prediction") or {})),
+        ("Lost work", _lost_work(detail.get("prediction") or {})),
         ("Submitted", job["submittedAt"]),
         ("Admitted", job["admittedAt"] or "-"),
         ("Started", job["startedAt"] or "-"),

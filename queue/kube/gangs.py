@@ -23,10 +23,20 @@ from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
 from gangq.queue.core import model
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.kube import cache, lifecycle, objects, resources, scale, status, trainingjob
+from gangq.queue.kube import (
+    cache,
+    history,
+    lifecycle,
+    objects,
+    resources,
+    scale,
+    status,
+    trainingjob,
+)
 from gangq.queue.kube.actuator import Actuator
 from gangq.queue.kube.client import KubeError
 from gangq.queue.store import jobs, leader, reservations, snapshot, timestamps
+from gangq.queue.store.runs import Run
 
 logger = logging.getLogger(__name__)
 EVENTFUL = (lifecycle.Ending.FAILED, lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED)
@@ -100,6 +110,7 @@ class Gangs:
         clock: Callable[[], float],
         metrics: gangq_metrics.Metrics,
         actuator: Actuator,
+        history: history.History,
     ) -> None:
         self.view = view
         self.settings = settings
@@ -108,6 +119,7 @@ class Gangs:
         self.clock = clock
         self.metrics = metrics
         self.actuator = actuator
+        self.history = history
         self.skews_ms: dict[str, int] = {}
         """Release skew per gang uid, shown in the job's status."""
         self.deadlines: dict[str, float] = {}
@@ -217,20 +229,23 @@ class Gangs:
         ]
         if not batch:
             return
+        learned: list[Run | None] = []
         try:
             async with self.writes.transaction() as session:
-                for h, ending in batch:
-                    await self._store(session, h, ending)
+                learned = [await self._store(session, h, ending) for h, ending in batch]
             done = batch
         except InvalidInputError:
-            done = []
+            done, learned = [], []
             for h, ending in batch:
                 try:
                     async with self.writes.transaction() as session:
-                        await self._store(session, h, ending)
+                        run = await self._store(session, h, ending)
                     done.append((h, ending))
+                    learned.append(run)
                 except InvalidInputError as error:
                     logger.warning("gang %s: store refused: %s", h.gang.key, error)
+        for run in learned:
+            self.history.learn(run)
         for h, ending in done:
             if ending is None:
                 self.deadlines.pop(h.gang.uid, None)
@@ -241,11 +256,13 @@ class Gangs:
         session: AsyncSession,
         held: Held,
         ending: _Ended | None,
-    ) -> None:
+    ) -> Run | None:
+        """A start or an end in the caller's transaction; an end that is a run (module
+        `history`) is recorded with it and returned, to be learned once committed."""
         gang, now, actor = held.gang, self.clock(), self.settings.actor
         if ending is None:
             await jobs.mark_running(session, gang.key, at=now, actor=actor)
-            return
+            return None
         verdict, context = ending.verdict, ending.context
         failures = [f.details() for f in verdict.failures]
         if verdict.ending in (lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED):
@@ -276,6 +293,10 @@ class Gangs:
                 cause=status.condition_reason(verdict.cause),
                 failures=failures,
             )
+        tier = self.settings.tier(held.row.tier)
+        return await self.history.record(
+            session, held.row, verdict, now=now, long_running=bool(tier and tier.long_running)
+        )
 
     async def _drive(
         self, held: Held, facts: _Facts, records: Mapping[str, jobs.JobRecord]

@@ -26,7 +26,10 @@ from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import (
     cache,
+    checkpoints,
+    estimates,
     gangs,
+    history,
     lifecycle,
     objects,
     resources,
@@ -75,6 +78,10 @@ class Reconciler:
         self.clock = clock
         self.metrics = metrics
         self.actuator = Actuator(view.kube, settings=settings, clock=clock)
+        self.history = history.History(sessions)
+        self.checkpoints = checkpoints.Checkpoints(
+            view, writes=self.writes, actuator=self.actuator, clock=clock
+        )
         self.gangs = gangs.Gangs(
             view,
             settings=settings,
@@ -83,6 +90,7 @@ class Reconciler:
             clock=clock,
             metrics=metrics,
             actuator=self.actuator,
+            history=self.history,
         )
         self.matcher = DeviceMatcher()
         self.policy = settings.policy()
@@ -114,6 +122,8 @@ class Reconciler:
                 await self._write_tenants()
                 self.tenants_epoch = epoch
             await self._enqueue_new()
+            await self.checkpoints.sync(queued=self.known)
+            estimator = await self.history.ensure(epoch=epoch)
             await self._scale(await self._records())
             started = time.monotonic()
             result = await admission.run(
@@ -124,6 +134,7 @@ class Reconciler:
                 matcher=self.matcher,
                 epoch=epoch,
                 actor=self.settings.actor,
+                estimator=estimator,
             )
             gangq_metrics.observe_cycle(self.metrics, time.monotonic() - started)
             records = await self._records()
@@ -430,11 +441,11 @@ class Reconciler:
             last = self.shown.get(uid)
             if last is not None:
                 shown[uid] = last
-                if last.version == version and not status.differs(last.status, wanted):
+                if last.version == version and not self._differs(last.status, wanted, now=clock):
                     continue
-            if not status.differs(current, wanted) and current.get("releaseSkewMs") == wanted.get(
+            if not self._differs(current, wanted, now=clock) and current.get(
                 "releaseSkewMs"
-            ):
+            ) == wanted.get("releaseSkewMs"):
                 continue
             body = {"status": status.merged_conditions(current, wanted)}
             if last is not None and status.only_queue_moved(current, wanted):
@@ -453,6 +464,11 @@ class Reconciler:
             updates.append((job, body))
         self.shown = shown
         await self._write_statuses(updates)
+
+    @staticmethod
+    def _differs(current: Mapping[str, Any], wanted: Mapping[str, Any], *, now: float) -> bool:
+        """A status write is due: a compared field changed or the estimated start moved."""
+        return status.differs(current, wanted) or estimates.has_moved(current, wanted, now=now)
 
     async def _write_statuses(self, updates: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
         """Send the status patches concurrently; a refused one is tried again next step. A job

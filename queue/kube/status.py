@@ -125,6 +125,9 @@ def desired(
         "admittedAt": _stamp(record.admitted_at),
         "startedAt": _stamp(record.started_at),
         "finishedAt": _stamp(record.finished_at),
+        "estimatedStartTime": _stamp(record.reserved_start_at)
+        if record.phase == "Queued"
+        else None,
         "conditions": conditions,
     }
     return status

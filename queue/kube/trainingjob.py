@@ -52,6 +52,9 @@ class TrainingJobSpec(BaseModel):
     ttl_seconds_after_finished: int | None = Field(
         alias="ttlSecondsAfterFinished", default=None, ge=0
     )
+    checkpoint_interval_seconds: int | None = Field(
+        alias="checkpointIntervalSeconds", default=None, ge=1, le=2**31 - 1
+    )
     template: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core import cycle, model
 from gangq.queue.core.cel import DeviceMatcher
-from gangq.queue.store import events, leader, reservations, snapshot, timestamps
+from gangq.queue.store import events, leader, reservations, runs, snapshot, timestamps
 from gangq.queue.store.errors import StoreError
 from gangq.queue.store.models import EventKind
 
@@ -219,11 +219,15 @@ async def cycle_in_transaction(
     matcher: DeviceMatcher,
     epoch: int,
     actor: str = "controller",
+    estimator: runs.Estimator | None = None,
 ) -> model.CycleResult:
-    """One cycle inside the caller's transaction; the caller commits or rolls back."""
+    """One cycle inside the caller's transaction; the caller commits or rolls back.
+
+    With an `estimator` the core plans on predicted runtimes (rule 5), else on runtime bounds.
+    """
     await session.execute(SERIALIZE_CYCLES, {"key": CYCLE_LOCK_KEY})
     await leader.fence(session, epoch)
-    loaded = await snapshot.load(session, inventory, now=now)
+    loaded = await snapshot.load(session, inventory, now=now, estimator=estimator)
     result = cycle.run_cycle(snapshot=loaded.snapshot, policy=policy, now=now, matcher=matcher)
     await _write_admissions(session, result.admissions, queued=loaded.pending, now=now, actor=actor)
     await _write_preemptions(
@@ -263,6 +267,7 @@ async def run(
     epoch: int,
     actor: str = "controller",
     retry_delays_s: Sequence[float] = RETRY_DELAYS_S,
+    estimator: runs.Estimator | None = None,
 ) -> model.CycleResult:
     """Run one cycle in its own transaction; a lost connection re-runs it on a new one.
 
@@ -280,6 +285,7 @@ async def run(
                     matcher=matcher,
                     epoch=epoch,
                     actor=actor,
+                    estimator=estimator,
                 )
         except (DBAPIError, OSError) as error:
             problem = getattr(error, "orig", None) or error

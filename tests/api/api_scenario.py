@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gangq.queue.core import inventory as inventory_builder
 from gangq.queue.core import model
 from gangq.queue.core.cel import DeviceMatcher
-from gangq.queue.store import admission, jobs, leader, tenants
+from gangq.queue.store import admission, jobs, leader, runs, tenants
 
 T0 = 1_790_000_000.0
 GPU = "gpu.nvidia.com"
@@ -112,7 +112,11 @@ async def seed(sessions: async_sessionmaker[AsyncSession], database_url: str) ->
 
 
 async def decide(
-    sessions: async_sessionmaker[AsyncSession], database_url: str, *, now: float
+    sessions: async_sessionmaker[AsyncSession],
+    database_url: str,
+    *,
+    now: float,
+    estimator: runs.Estimator | None = None,
 ) -> model.CycleResult:
     """One real admission cycle over the scenario's cluster, as the leading controller."""
     leadership = leader.Leadership(database_url, holder="api-tests")
@@ -126,6 +130,7 @@ async def decide(
             now=now,
             matcher=DeviceMatcher(),
             epoch=leadership.epoch,
+            estimator=estimator,
         )
     finally:
         await leadership.release()

@@ -66,6 +66,10 @@ async def test_one_job_with_placement_and_history(
     assert code == 0
     assert "Phase:     Admitted" in out
     assert "Gang:      1 x 2 gpu.nvidia.com" in out
+    # No runs of its shape yet: the prediction is the runtime bound; no checkpoint reported.
+    assert "Predicted: ~1h00m (ends ~" in out
+    lost = next(line for line in out.splitlines() if line.startswith("Lost work:"))
+    assert lost.endswith(" device-h if evicted now (since the start)")
     placement = out.split("Placement:\n")[1].split("\n\n")[0]
     assert lines(placement)[0] == ["REPLICA", "NODE", "DEVICES"]
     assert lines(placement)[1][0] == "0"
