@@ -34,7 +34,9 @@ async def _tolerant(
     except KubeError as error:
         if error.status in ok:
             return True
-        logger.warning("%s refused: %s", what, error)
+        # a pausing object was refused before and said so then
+        level = logging.DEBUG if isinstance(error, retry.BackingOff) else logging.WARNING
+        logger.log(level, "%s refused: %s", what, error)
         return False
     return True
 

@@ -22,12 +22,14 @@ from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
 from gangq.queue.core import model
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.kube import cache, lifecycle, objects, resources, scale, trainingjob
+from gangq.queue.kube import cache, lifecycle, objects, resources, retry, scale, trainingjob
 from gangq.queue.kube.actuator import Actuator
 from gangq.queue.kube.client import KubeError
-from gangq.queue.store import jobs, leader, reservations, snapshot, timestamps
+from gangq.queue.store import jobs, leader, refusals, reservations, snapshot, timestamps
 
 logger = logging.getLogger(__name__)
+REFUSED = "invalid: "
+"""Start of the reason of a gang whose objects the API server refused for good."""
 DRIVES_IN_FLIGHT = 32
 """Gangs driven at once: a burst of admissions must not queue hundreds of requests on the
 API server, where the last would time out and be retried, adding to the load."""
@@ -246,9 +248,13 @@ class Gangs:
             if gang.job is None:
                 return
             first = not gang.pods and not gang.claims
-            skew = await self.actuator.build(
-                gang, spec=job_spec, inventory=inventory, now=self.clock()
-            )
+            with retry.collecting() as refused:
+                skew = await self.actuator.build(
+                    gang, spec=job_spec, inventory=inventory, now=self.clock()
+                )
+            if refused:
+                self._refused(held, refused)
+                return
             if skew is None:
                 if first:
                     message = f"{len(gang.placement)} replicas reserved"
@@ -275,6 +281,21 @@ class Gangs:
             await self.actuator.restart_in_place(gang, verdict.replicas, spec=job_spec)
         elif verdict.action is lifecycle.Action.TEARDOWN:
             await self._teardown(held, verdict, context=context)
+
+    def _refused(self, held: Held, refused: retry.Refusals) -> None:
+        """The API server refused an object of the gang for good (400, 422): building it again
+        cannot help, so the gang is torn down and the job ends Failed with the server's words
+        (its spec must change; editing it queues the job again)."""
+        gang = held.gang
+        reason = f"{REFUSED}the API server refused {'; '.join(refused.messages)}"
+        logger.warning("gang %s: %s", gang.key, reason)
+        verdict = lifecycle.Verdict(
+            lifecycle.Action.TEARDOWN,
+            ending=lifecycle.Ending.FAILED,
+            reason=reason,
+            failure="other",
+        )
+        self.endings[(gang.uid, gang.admitted_at)] = verdict
 
     async def _teardown(
         self, held: Held, verdict: lifecycle.Verdict, *, context: lifecycle.Context
@@ -324,6 +345,10 @@ class Gangs:
                     actor=actor,
                     reason=verdict.reason,
                 )
+                if verdict.reason.startswith(REFUSED):
+                    await refusals.mark_refused(
+                        session, gang.key, message=verdict.reason.removeprefix(REFUSED)
+                    )
         self.deadlines.pop(gang.uid, None)
         self.endings.pop((gang.uid, gang.admitted_at), None)
         if verdict.failure and not gang.is_running:
