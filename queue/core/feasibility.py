@@ -44,8 +44,8 @@ def invalid_reason(
 ) -> explain.PendingReason | None:
     """Input a person must fix: the job cannot run however long it waits. The answer depends
     only on tier, device class, selectors, topology mode, whether a topology key is set and
-    the counts being positive. A managed class whose DeviceClass is missing is the cluster's
-    problem, not the job's: `NeverFit` reports it."""
+    the counts being positive. A managed class whose DeviceClass is missing or broken is the
+    cluster's problem, not the job's: `NeverFit` reports it."""
     tiers = [tier.name for tier in policy.tiers]
     if job.tier not in tiers:
         return explain.invalid(f"spec.tier: unknown tier {job.tier!r} (known: {', '.join(tiers)})")
@@ -63,7 +63,7 @@ def invalid_reason(
     if job.topology.mode is not TopologyMode.NONE and not job.topology.key:
         return explain.invalid(f"topology mode {job.topology.mode} needs a topology key")
     try:
-        for expression in (*(device_class.selectors if device_class else ()), *job.selectors):
+        for expression in job.selectors:
             matcher.program(expression)
     except SelectorError as error:
         return explain.invalid(f"spec.selectors: {error}")
@@ -145,6 +145,13 @@ class NeverFit:
             return explain.unschedulable(
                 f"device class {device_class!r} is managed by gangq but no DeviceClass of that "
                 "name exists: an administrator must create it"
+            )
+        try:
+            for expression in pool.inventory.device_classes[device_class].selectors:
+                pool.matcher.program(expression)
+        except SelectorError as error:
+            return explain.unschedulable(
+                f"DeviceClass {device_class}: {error}: an administrator must fix it"
             )
         per_node, most = self._matching(key)
         if not per_node:

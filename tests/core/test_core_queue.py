@@ -204,7 +204,7 @@ def test_invalid_jobs_say_what_to_fix(job: PendingJob, policy: Policy | None, me
     assert reason.message.startswith(message)
 
 
-def test_bad_device_class_selector_is_invalid_not_a_crash() -> None:
+def test_bad_device_class_selector_is_the_clusters_problem_not_a_crash() -> None:
     inventory = builders.cluster(1)
     inventory = Inventory(
         nodes=inventory.nodes,
@@ -212,7 +212,9 @@ def test_bad_device_class_selector_is_invalid_not_a_crash() -> None:
         device_classes={"gpu": DeviceClass("gpu", ("device.driver ==",))},
     )
     result = _cycle(builders.job("x"), inventory=inventory)
-    assert result.pending[JobKey("team-a/x")].code is ReasonCode.INVALID
+    assert result.pending[JobKey("team-a/x")].message.startswith(
+        "unschedulable: DeviceClass gpu: CEL selector 'device.driver ==': ERROR"
+    )
 
 
 def test_positions_number_the_jobs_still_pending_in_queue_order() -> None:
