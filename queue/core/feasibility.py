@@ -30,6 +30,9 @@ from gangq.queue.core.model import (
 from gangq.queue.core.pool import Pool, SelectorKey
 from gangq.queue.core.quota import QuotaBook
 
+Lasting = tuple[str, ...]
+"""Names of the long-running tiers a job may not evict (those at or above its own)."""
+
 
 def _short(name: str) -> str:
     return name.rpartition("/")[2] or name
@@ -86,12 +89,18 @@ class NeverFit:
         self._tiers = tiers
         self._running = tuple(running)
         self._kinds: dict[tuple[object, ...], explain.PendingReason | None] = {}
-        self._shapes: dict[tuple[placement.Shape, int], explain.PendingReason | None] = {}
-        self._lasting: dict[tuple[str, int], tuple[RunningJob, ...]] = {}
+        self._shapes: dict[tuple[placement.Shape, Lasting], explain.PendingReason | None] = {}
+        self._lasting_tiers = {
+            rank: tuple(sorted(t.name for t in tiers.values() if t.long_running and t.rank >= rank))
+            for rank in {t.rank for t in tiers.values()}
+        }
+        """Per tier rank, the long-running tiers a job of that rank may not evict: jobs of
+        ranks that share them share every answer below."""
+        self._lasting: dict[tuple[str, Lasting], tuple[RunningJob, ...]] = {}
         self._per_node: dict[SelectorKey, tuple[Mapping[str, int], int]] = {}
         self._accepted: dict[PodRequirements, frozenset[NodeName]] = {}
-        self._held_by: dict[tuple[SelectorKey, int], dict[NodeName, int]] = {}
-        self._touched_by: dict[tuple[str, int], frozenset[NodeName]] = {}
+        self._held_by: dict[tuple[SelectorKey, Lasting], dict[NodeName, int]] = {}
+        self._touched_by: dict[tuple[str, Lasting], frozenset[NodeName]] = {}
         self._capable_by: dict[tuple[SelectorKey, int, PodRequirements], list[NodeName]] = {}
 
     def judge(self, job: PendingJob) -> explain.PendingReason | None:
@@ -117,9 +126,10 @@ class NeverFit:
     def _judge(self, job: PendingJob) -> explain.PendingReason | None:
         rank = self._tiers[job.tier].rank
         shape = placement.Shape.of(job)
-        memo_key = (shape, rank)
+        tiers = self._lasting_tiers[rank]
+        memo_key = (shape, tiers)
         if memo_key not in self._shapes:
-            self._shapes[memo_key] = self._judge_shape(shape, rank=rank)
+            self._shapes[memo_key] = self._judge_shape(shape, tiers=tiers)
         if self._shapes[memo_key] is not None:
             return self._shapes[memo_key]
         quota = self._book.quota(job.tenant, job.device_class)
@@ -137,7 +147,9 @@ class NeverFit:
             )
         return None
 
-    def _judge_shape(self, shape: placement.Shape, *, rank: int) -> explain.PendingReason | None:
+    def _judge_shape(
+        self, shape: placement.Shape, *, tiers: Lasting
+    ) -> explain.PendingReason | None:
         key = shape.selector
         device_class, selectors = key
         pool = self._pool
@@ -167,23 +179,23 @@ class NeverFit:
         problem = self._lacking(shape, capable, beside="")
         if problem is not None:
             return problem
-        lasting = self._lasting_gangs(device_class, rank=rank)
+        lasting = self._lasting_gangs(device_class, tiers=tiers)
         if not lasting:
             return None
-        touched = self._touched(device_class, rank=rank, lasting=lasting)
+        touched = self._touched(device_class, tiers=tiers, lasting=lasting)
         untouched = [n for n in capable if n not in touched]
         if self._lacking(shape, untouched, beside="") is None:
             return None
-        held = self._held(key, rank=rank, lasting=lasting)
+        held = self._held(key, tiers=tiers, lasting=lasting)
         left = [n for n in capable if n not in held or per_node[n] - held[n] >= count]
         if len(left) == len(capable):
             return None
         names = ", ".join(sorted({gang.key for gang in lasting})[:3])
-        tiers = ", ".join(sorted({gang.tier for gang in lasting}))
+        shown = ", ".join(sorted({gang.tier for gang in lasting}))
         return self._lacking(
             shape,
             left,
-            beside=f" beside long-running jobs of tier {tiers} it may not evict ({names})",
+            beside=f" beside long-running jobs of tier {shown} it may not evict ({names})",
         )
 
     def _matching(self, key: SelectorKey) -> tuple[Mapping[str, int], int]:
@@ -220,23 +232,23 @@ class NeverFit:
         return found
 
     def _touched(
-        self, device_class: str, *, rank: int, lasting: tuple[RunningJob, ...]
+        self, device_class: str, *, tiers: Lasting, lasting: tuple[RunningJob, ...]
     ) -> frozenset[NodeName]:
         """Nodes where lasting gangs hold anything: the others are surely left to the job."""
-        found = self._touched_by.get((device_class, rank))
+        found = self._touched_by.get((device_class, tiers))
         if found is None:
-            found = self._touched_by[(device_class, rank)] = frozenset(
+            found = self._touched_by[(device_class, tiers)] = frozenset(
                 replica.node for gang in lasting for replica in gang.placement
             )
         return found
 
     def _held(
-        self, key: SelectorKey, *, rank: int, lasting: tuple[RunningJob, ...]
+        self, key: SelectorKey, *, tiers: Lasting, lasting: tuple[RunningJob, ...]
     ) -> dict[NodeName, int]:
         """Devices matching `key` that lasting gangs hold, per node."""
-        found = self._held_by.get((key, rank))
+        found = self._held_by.get((key, tiers))
         if found is None:
-            found = self._held_by[(key, rank)] = {}
+            found = self._held_by[(key, tiers)] = {}
             for gang in lasting:
                 if key[1]:
                     held = [(n, len(d)) for n, d in self._pool.held_matching(key, gang)]
@@ -299,21 +311,22 @@ class NeverFit:
             "replicas or use topology mode Preferred"
         )
 
-    def _lasting_gangs(self, device_class: str, *, rank: int) -> tuple[RunningJob, ...]:
-        """Gangs that never end by themselves and that a job of `rank` may not evict: those of
-        long-running tiers at or above it, not borrowing (borrowed devices can be reclaimed)."""
-        memo_key = (device_class, rank)
+    def _lasting_gangs(self, device_class: str, *, tiers: Lasting) -> tuple[RunningJob, ...]:
+        """Gangs that never end by themselves and that the job may not evict: those of the
+        long-running `tiers` at or above its own, not borrowing (borrowed devices can be
+        reclaimed) and not being evicted already."""
+        memo_key = (device_class, tiers)
         found = self._lasting.get(memo_key)
         if found is None:
-            found = tuple(
-                gang
-                for gang in self._running
-                if gang.device_class == device_class
-                and not gang.is_evicting
-                and gang.borrowed == 0
-                and gang.tier in self._tiers
-                and self._tiers[gang.tier].long_running
-                and self._tiers[gang.tier].rank >= rank
-            )
+            found = ()
+            if tiers:
+                found = tuple(
+                    gang
+                    for gang in self._running
+                    if gang.tier in tiers
+                    and gang.device_class == device_class
+                    and not gang.is_evicting
+                    and gang.borrowed == 0
+                )
             self._lasting[memo_key] = found
         return found
