@@ -103,9 +103,11 @@ class Intake:
         """
         self.changed = set()
         fresh: list[tuple[dict[str, Any], model.PendingJob]] = []
+        present: set[str] = set()
         for job in self.view.objects(resources.TRAINING_JOBS).values():
             meta = job.get("metadata") or {}
             uid = str(meta.get("uid") or "")
+            present.add(uid)
             if meta.get("deletionTimestamp"):
                 continue
             refused = shows_invalid(job)
@@ -126,6 +128,7 @@ class Intake:
             if refused:
                 self.judged[uid] = seen
             fresh.append((job, verdict))
+        self.judged = {uid: seen for uid, seen in self.judged.items() if uid in present}
         marked = await asyncio.gather(
             *(self.actuator.set_job_finalizer(job, present=True) for job, _ in fresh)
         )
