@@ -307,3 +307,38 @@ async def test_a_gang_beside_a_prod_service_never_fits_until_the_service_shrinks
     # judged again when the cluster changes: the service goes, the gang runs
     await harness.kube.delete(resources.TRAINING_JOBS, "inference", "llm-prod")
     await wait_until(lambda: harness.phase("train-all") == "Running", within_s=30)
+
+
+async def test_a_new_leader_does_not_judge_a_refused_job_again(
+    harness: Harness, database_url: str, tmp_path: Path
+) -> None:
+    """The conditions' observedGeneration says the refusal judged this spec: no second event,
+    no retry after a restart."""
+    harness.start()
+    body = training_job("typo", replicas=1, selectors=["device.driver =="])
+    await harness.kube.create(resources.TRAINING_JOBS, "ml-train", body)
+    await _refused(harness, database_url, tmp_path, name="typo", namespace="ml-train")
+    admissible = bad_input.condition(harness, "typo", "ml-train", "Admissible")
+    assert admissible["observedGeneration"] == 1
+    await harness.stop()
+    harness.start("b")
+    await harness.kube.create(resources.TRAINING_JOBS, "ml-train", training_job("later"))
+    await wait_until(lambda: harness.phase("later") == "Succeeded", within_s=30)
+    counts = await bad_input.stored(harness.engine, "ml-train", "typo")
+    assert counts == {"reservations": 0, "failed": 1}
+    assert len(bad_input.kube_events(harness, "typo", "ml-train", "InvalidSpec")) == 1
+
+
+async def test_a_job_refused_for_want_of_a_tenant_is_queued_once_its_namespace_has_one(
+    harness: Harness, database_url: str, tmp_path: Path
+) -> None:
+    harness.start()
+    body = training_job("orphan", namespace="unlabelled", replicas=1, run_seconds=None)
+    await harness.kube.create(resources.TRAINING_JOBS, "unlabelled", body)
+    await _refused(harness, database_url, tmp_path, name="orphan", namespace="unlabelled")
+    labels = {"metadata": {"labels": {"gangq.dev/tenant": "ml-train"}}}
+    await harness.kube.patch(resources.NAMESPACES, "", "unlabelled", labels)
+    await wait_until(lambda: harness.phase("orphan", "unlabelled") == "Running", within_s=30)
+    async with bad_input.rest(database_url, tmp_path) as api:
+        out = await bad_input.job_out(api, "unlabelled", "orphan")
+    assert (out["phase"], out["tenant"]) == ("Running", "ml-train")
