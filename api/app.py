@@ -1,25 +1,33 @@
 """The FastAPI application: `create_app(settings)` wires routers, auth, database and metrics.
 
-Owns the lifespan (engine, session factory, authenticator, Kubernetes client when TokenReview is
-used) and the mapping of gangq errors to 4xx/503 responses with a message. It must not hold
-module-level state: every app built here is independent, so tests can build many.
+Owns the lifespan (engine, session factory, the timed database check behind `/readyz`,
+authenticator, Kubernetes client when TokenReview is used), the edge middleware (bodies checked
+before they are read, security headers, HEAD) and the mapping of errors to 4xx/503 responses
+with a message: bad input is a 4xx, and only a lost connection to PostgreSQL counts as the
+database being down. `/metrics` is not here: `scrape.py` serves it on its own port. It must not
+hold module-level state: every app built here is independent, so tests can build many.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 import re
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.config.config_exception import ConfigException
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException
 
-from gangq.api import auth
+from gangq.api import auth, bodies, headers, published, readiness
 from gangq.api.routers import capacity as capacity_router
 from gangq.api.routers import health, jobs, queues, tenants
 from gangq.api.settings import ApiSettings, AuthMode
@@ -53,9 +61,17 @@ def create_app(
         async with AsyncExitStack() as stack:
             engine = database.create_engine(settings.database_url)
             stack.push_async_callback(engine.dispose)
-            app.state.database_url = settings.database_url
             app.state.session_factory = database.session_factory(engine)
-            app.state.authenticator = authenticator or await _authenticator(settings, stack)
+            app.state.authenticator = authenticator or await _authenticator(
+                settings, stack, cluster=cluster
+            )
+            database_health = readiness.DatabaseHealth()
+            await database_health.check(engine, app.state.metrics)
+            app.state.database_health = database_health
+            watch = asyncio.create_task(
+                database_health.watch(engine, app.state.metrics), name="gangq-api-database-check"
+            )
+            stack.push_async_callback(_cancel, watch)
             yield
 
     app = FastAPI(
@@ -65,6 +81,8 @@ def create_app(
         lifespan=lifespan,
         openapi_url="/openapi.json",
     )
+    # A trailing-slash redirect would echo the Host header into Location: answer 404 instead.
+    app.router.redirect_slashes = False
     app.state.metrics = registry or metrics.create_metrics()
     app.state.cluster = cluster
     app.state.matcher = DeviceMatcher()
@@ -77,10 +95,20 @@ def create_app(
     ):
         app.include_router(router)
     _add_error_handlers(app)
+    # Added last, runs first: headers on every answer, then bodies before any parsing.
+    app.add_middleware(bodies.BodyGuard)
+    app.add_middleware(headers.ResponseHeaders)
     return app
 
 
-async def _authenticator(settings: ApiSettings, stack: AsyncExitStack) -> auth.Authenticator:
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def _authenticator(
+    settings: ApiSettings, stack: AsyncExitStack, *, cluster: capacity.ClusterView | None
+) -> auth.Authenticator:
     if settings.auth_mode is AuthMode.TOKEN_FILE:
         if settings.token_file is None:
             raise InvalidInputError(
@@ -93,7 +121,33 @@ async def _authenticator(settings: ApiSettings, stack: AsyncExitStack) -> auth.A
         await config.load_kube_config()
     api_client = client.ApiClient()
     stack.push_async_callback(api_client.close)
-    return auth.TokenReviewAuthenticator(api_client, audiences=settings.token_review_audiences)
+    return auth.TokenReviewAuthenticator(
+        api_client,
+        audiences=settings.token_review_audiences,
+        tenant_of=cluster.tenant_of if isinstance(cluster, published.PublishedCluster) else None,
+    )
+
+
+def _is_connection_failure(error: Exception) -> bool:
+    """A lost or refused connection, as opposed to a statement PostgreSQL refused."""
+    if isinstance(error, OSError | TimeoutError):
+        return True
+    return isinstance(error, DBAPIError) and (
+        error.connection_invalidated
+        or isinstance(error.orig, OSError)
+        or isinstance(error, InterfaceError | OperationalError)
+    )
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or Infinity: a validation error echoing one would fail to render."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _allowed_methods(app: FastAPI, path: str) -> list[str]:
@@ -117,13 +171,18 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": str(error)}, status_code=status.HTTP_400_BAD_REQUEST)
 
     async def unavailable(request: Request, error: Exception) -> JSONResponse:
-        logger.warning(
-            "database unavailable for %s %s: %s", request.method, request.url.path, error
-        )
-        metrics.set_database_up(request.app.state.metrics, is_up=False)
+        logger.warning("database error for %s %s: %s", request.method, request.url.path, error)
+        detail = "the database could not answer this request; retry shortly"
+        if _is_connection_failure(error):
+            metrics.set_database_up(request.app.state.metrics, is_up=False)
+            detail = "the database is unavailable; retry shortly"
+        return JSONResponse({"detail": detail}, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
+
+    async def unprocessable(request: Request, error: Exception) -> JSONResponse:
+        errors = error.errors() if isinstance(error, RequestValidationError) else []
         return JSONResponse(
-            {"detail": "the database is unavailable; retry shortly"},
-            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+            {"detail": _finite(jsonable_encoder(errors))},
+            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
         )
 
     async def method_not_allowed(request: Request, error: Exception) -> JSONResponse:
@@ -138,6 +197,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         )
 
     app.add_exception_handler(status.HTTP_405_METHOD_NOT_ALLOWED, method_not_allowed)
+    app.add_exception_handler(RequestValidationError, unprocessable)
     app.add_exception_handler(ConflictError, conflict)
     app.add_exception_handler(InvalidInputError, invalid)
     app.add_exception_handler(StoreError, unavailable)

@@ -10,16 +10,19 @@ from __future__ import annotations
 import enum
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import aiohttp
 import yaml
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gangq.queue.core.errors import InvalidInputError
+from gangq.api import lru, ratelimit
+from gangq.queue.core.errors import GangqError, InvalidInputError
 
 
 class Role(enum.StrEnum):
@@ -55,9 +58,23 @@ class Principal:
 
 
 class Authenticator(Protocol):
-    async def authenticate(self, token: str) -> Principal | None:
-        """The caller behind `token`, or None when the token is unknown or expired."""
+    async def authenticate(self, token: str, *, source: str) -> Principal | None:
+        """The caller behind `token` sent from address `source`, or None when the token is
+        unknown or expired; `RateLimitedError` or `ReviewUnavailableError` when it cannot
+        be checked now."""
         ...
+
+
+class RateLimitedError(GangqError):
+    """A source sent more unknown tokens than it may; the caller answers 429."""
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ReviewUnavailableError(GangqError):
+    """The Kubernetes API server could not review a token; the caller answers 503."""
 
 
 class TokenEntry(BaseModel):
@@ -118,7 +135,7 @@ class TokenFileAuthenticator:
                 )
         return cls(parsed.tokens)
 
-    async def authenticate(self, token: str) -> Principal | None:
+    async def authenticate(self, token: str, *, source: str) -> Principal | None:
         return self._principals.get(_digest(token))
 
 
@@ -130,9 +147,17 @@ class GroupRoles:
     quota_admin: frozenset[str] = frozenset({"gangq:quota-admins"})
     tenant_prefix: str = "gangq:tenant:"
 
-    def principal(self, user: str, groups: list[str]) -> Principal:
+    def principal(
+        self, user: str, groups: list[str], *, tenant_of: TenantOf | None = None
+    ) -> Principal:
+        """`tenant_of` (namespace -> tenant) makes a service account `system:serviceaccount:NS:X`
+        a viewer of NS's tenant, so a pod can read its own tenant's jobs with a gangq token."""
         roles: set[Role] = set()
         tenants = {g[len(self.tenant_prefix) :] for g in groups if g.startswith(self.tenant_prefix)}
+        namespace = _service_account_namespace(user)
+        tenant = None if tenant_of is None or namespace is None else tenant_of(namespace)
+        if tenant is not None:
+            tenants.add(tenant)
         if tenants:
             roles.add(Role.VIEWER)
         if self.cluster_admin.intersection(groups):
@@ -142,40 +167,92 @@ class GroupRoles:
         return Principal(user=user, tenants=frozenset(tenants), roles=frozenset(roles))
 
 
+TenantOf = Callable[[str], str | None]
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+
+
+def _service_account_namespace(user: str) -> str | None:
+    namespace, _, name = user.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
+    return namespace if user.startswith(SERVICE_ACCOUNT_PREFIX) and namespace and name else None
+
+
 class TokenReviewAuthenticator:
-    """In a cluster: the API server says who a token belongs to; answers are kept briefly."""
+    """In a cluster: the API server says who a token belongs to; answers are kept briefly.
+
+    Only tokens meant for gangq pass: the review asks for `audiences` and a status whose
+    `audiences` names none of them is refused (an API server that ignores audiences would
+    otherwise accept any pod's service-account token). Answers, refusals included, live in a
+    bounded LRU; reviews that miss it are rate limited per source address, so a flood of random
+    tokens costs the API server a bounded number of calls.
+    """
 
     def __init__(
         self,
         api_client: client.ApiClient,
         *,
+        audiences: tuple[str, ...],
         group_roles: GroupRoles = GroupRoles(),
-        audiences: tuple[str, ...] = (),
+        tenant_of: TenantOf | None = None,
         cache_seconds: float = 30.0,
+        refusal_seconds: float = 10.0,
+        cache_size: int = 10_000,
+        reviews_per_second: float = 5.0,
+        review_burst: int = 20,
     ) -> None:
+        if not audiences:
+            raise InvalidInputError("TokenReview needs at least one audience (e.g. gangq)")
         self._api = client.AuthenticationV1Api(api_client)
         self._group_roles = group_roles
-        self._audiences = list(audiences) or None
+        self._tenant_of = tenant_of
+        self._audiences = audiences
         self._cache_seconds = cache_seconds
-        self._cache: dict[str, tuple[float, Principal | None]] = {}
+        self._refusal_seconds = refusal_seconds
+        # One-tuples, so that a cached refusal (None) differs from a miss.
+        self._cache: lru.LruCache[tuple[Principal | None]] = lru.LruCache(cache_size)
+        self._limits = ratelimit.RateLimiter(per_second=reviews_per_second, burst=review_burst)
+        self.reviews = 0
+        """TokenReview calls made, so callers can see what the cache and limits saved."""
 
-    async def authenticate(self, token: str) -> Principal | None:
+    async def authenticate(self, token: str, *, source: str) -> Principal | None:
         key = _digest(token)
         now = time.monotonic()
-        cached = self._cache.get(key)
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        review = client.V1TokenReview(
-            spec=client.V1TokenReviewSpec(token=token, audiences=self._audiences)
-        )
-        answer: Any = await self._api.create_token_review(review)
-        status = answer.status
-        principal = None
-        if status is not None and status.authenticated and status.user is not None:
-            principal = self._group_roles.principal(
-                status.user.username or "", list(status.user.groups or [])
+        cached = self._cache.get(key, now=now)
+        if cached is not None:
+            return cached[0]
+        wait = self._limits.acquire(source, now=now)
+        if wait > 0:
+            raise RateLimitedError(
+                f"too many unknown tokens from {source}; retry in {wait:.1f}s", retry_after=wait
             )
-        if len(self._cache) > 10_000:
-            self._cache.clear()
-        self._cache[key] = (now + self._cache_seconds, principal)
+        principal = self._principal(await self._review(token))
+        keep_s = self._refusal_seconds if principal is None else self._cache_seconds
+        self._cache.put(key, (principal,), until=now + keep_s)
         return principal
+
+    async def _review(self, token: str) -> Any:
+        review = client.V1TokenReview(
+            spec=client.V1TokenReviewSpec(token=token, audiences=list(self._audiences))
+        )
+        self.reviews += 1
+        try:
+            return await self._api.create_token_review(review)
+        except ApiException as error:
+            raise ReviewUnavailableError(
+                f"the Kubernetes API server refused the token review (HTTP {error.status} "
+                f"{error.reason}); retry shortly"
+            ) from error
+        except (aiohttp.ClientError, OSError, TimeoutError) as error:
+            raise ReviewUnavailableError(
+                f"the Kubernetes API server did not answer the token review ({error!r}); "
+                "retry shortly"
+            ) from error
+
+    def _principal(self, answer: Any) -> Principal | None:
+        status = answer.status
+        if status is None or not status.authenticated or status.user is None:
+            return None
+        if not set(status.audiences or ()) & set(self._audiences):
+            return None
+        return self._group_roles.principal(
+            status.user.username or "", list(status.user.groups or []), tenant_of=self._tenant_of
+        )

@@ -1,17 +1,17 @@
 """FastAPI dependencies as Annotated aliases: the caller, a database session, the metrics.
 
 Owns turning a bearer token into a `Principal` (401 without a valid one, 403 for a role the
-caller lacks) and one session per request. It must not hold state: everything lives on
-`app.state`, set by the lifespan in `app.py`.
+caller lacks, 429 or 503 when a token cannot be checked now) and one session per request. It
+must not hold state: everything lives on `app.state`, set by the lifespan in `app.py`.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, status
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.api import auth
@@ -19,20 +19,37 @@ from gangq.api import auth
 _bearer = HTTPBearer(
     auto_error=False, description="A token from the token file or a Kubernetes token"
 )
+PRINCIPAL_STATE = "gangq_principal"
+"""Key of the request state under which the body guard leaves a caller it authenticated."""
 
 
-async def current_principal(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+def bearer_token(authorization: str | None) -> str | None:
+    scheme, _, token = (authorization or "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+async def authenticate(
+    authenticator: auth.Authenticator, authorization: str | None, *, source: str
 ) -> auth.Principal:
-    if credentials is None or not credentials.credentials:
+    """The caller behind an Authorization header, or the HTTPException that refuses it."""
+    token = bearer_token(authorization)
+    if token is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
             "send a bearer token: Authorization: Bearer TOKEN",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    authenticator: auth.Authenticator = request.app.state.authenticator
-    principal = await authenticator.authenticate(credentials.credentials)
+    try:
+        principal = await authenticator.authenticate(token, source=source)
+    except auth.RateLimitedError as error:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            str(error),
+            headers={"Retry-After": str(max(1, round(error.retry_after)))},
+        ) from error
+    except auth.ReviewUnavailableError as error:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(error)) from error
     if principal is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
@@ -45,6 +62,27 @@ async def current_principal(
             f"user {principal.user!r} has no gangq role (viewer, quota-admin or cluster-admin)",
         )
     return principal
+
+
+def source_of(scope: Any) -> str:
+    """The peer address of a request: what per-source limits count."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+async def current_principal(
+    request: Request,
+    # Declared for the OpenAPI document's security scheme; the header is parsed above.
+    _: Annotated[Any, Depends(_bearer)],
+) -> auth.Principal:
+    known = getattr(request.state, PRINCIPAL_STATE, None)
+    if isinstance(known, auth.Principal):
+        return known
+    return await authenticate(
+        request.app.state.authenticator,
+        request.headers.get("authorization"),
+        source=source_of(request.scope),
+    )
 
 
 async def quota_admin(

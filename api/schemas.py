@@ -14,6 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from gangq.api import redaction
 from gangq.queue.core import capacity, model
 from gangq.queue.store import events, jobs, tenants
 
@@ -96,8 +97,11 @@ class JobOut(Schema):
     )
 
     @classmethod
-    def of(cls, record: jobs.JobRecord, *, now: float) -> JobOut:
-        """The ETA is relative to `now`, so it is computed per response, never stored."""
+    def of(
+        cls, record: jobs.JobRecord, *, now: float, redact: redaction.Redact = redaction.identity
+    ) -> JobOut:
+        """The ETA is relative to `now`, so it is computed per response, never stored;
+        `redact` rewrites the reason for the caller (other tenants' job names)."""
         namespace, _, name = record.key.partition("/")
         reason = record.reason
         return cls(
@@ -118,7 +122,7 @@ class JobOut(Schema):
             queue_position=record.position,
             reason=None
             if reason is None
-            else PendingReasonOut(code=reason.code, message=reason.message),
+            else PendingReasonOut(code=reason.code, message=redact(reason.message)),
             attempts=record.attempts,
             preemptions=record.preemptions,
             restarts=record.restarts,
@@ -156,13 +160,13 @@ class EventOut(Schema):
     details: dict[str, Any]
 
     @classmethod
-    def of(cls, event: events.Event) -> EventOut:
+    def of(cls, event: events.Event, *, redact: redaction.Redact = redaction.identity) -> EventOut:
         return cls(
             kind=event.kind,
             actor=event.actor,
             at=datetime.fromtimestamp(event.at, tz=UTC),
-            reason=event.reason,
-            details=event.details,
+            reason=redact(event.reason),
+            details=redaction.details(event.details, redact),
         )
 
 
@@ -172,11 +176,13 @@ class JobDetailOut(Schema):
     history: list[EventOut]
 
     @classmethod
-    def of(cls, detail: jobs.JobDetail, *, now: float) -> JobDetailOut:
+    def of(
+        cls, detail: jobs.JobDetail, *, now: float, redact: redaction.Redact = redaction.identity
+    ) -> JobDetailOut:
         return cls(
-            job=JobOut.of(detail.job, now=now),
+            job=JobOut.of(detail.job, now=now, redact=redact),
             placement=[ReplicaPlacementOut.of(p) for p in detail.placement],
-            history=[EventOut.of(e) for e in detail.history],
+            history=[EventOut.of(e, redact=redact) for e in detail.history],
         )
 
 
@@ -237,7 +243,9 @@ class QuotaIn(InputSchema):
     borrowing_limit: JsonInt = Field(
         default=0, ge=0, le=1_000_000, description="devices it may use above nominal while idle"
     )
-    weight: JsonNumber = Field(default=1.0, gt=0, le=1000, description="fair-share weight")
+    weight: JsonNumber = Field(
+        default=1.0, gt=0, le=1000, allow_inf_nan=False, description="fair-share weight"
+    )
     allowed_tiers: list[TierName] = Field(
         default_factory=list, max_length=32, description="tiers the tenant may submit; empty: all"
     )
@@ -269,7 +277,10 @@ ERROR_DESCRIPTIONS = {
     401: "no bearer token, or one that is unknown or expired",
     403: "the caller's role or tenants do not allow this",
     404: "no such object that the caller may read",
-    503: "PostgreSQL is unreachable, or the cluster view has not synced yet: retry shortly",
+    413: "the request body is larger than the route's limit",
+    429: "too many unknown tokens from this address: retry after Retry-After seconds",
+    503: "PostgreSQL or the Kubernetes API server (token review) is unreachable, or the "
+    "cluster view has not synced yet: retry shortly",
 }
 
 
@@ -278,7 +289,7 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ErrorOut, "description": ERROR_DESCRIPTIONS[code]} for code in codes}
 
 
-AUTHENTICATED_ERRORS = error_responses(401, 403, 503)
+AUTHENTICATED_ERRORS = error_responses(401, 403, 429, 503)
 """What every operation behind a bearer token and the database can answer."""
 
 

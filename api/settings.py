@@ -26,4 +26,6 @@ class ApiSettings(BaseSettings):
     )
     auth_mode: AuthMode = AuthMode.TOKEN_FILE
     token_file: Path | None = None
-    token_review_audiences: tuple[str, ...] = ()
+    token_review_audiences: tuple[str, ...] = ("gangq",)
+    """Audiences a Kubernetes token must be meant for (a projected service-account token
+    requested with `audience: gangq`); a token for the API server alone is refused."""

@@ -1,11 +1,18 @@
-"""`/healthz` (the process answers), `/readyz` (it can reach PostgreSQL) and `/metrics`."""
+"""`/healthz` (the process answers) and `/readyz` (from state the process already holds).
+
+`/readyz` costs no database round trip: it reads the latest timed check of the app's pool
+(`readiness.py`), whether the cluster view has synced and whether this replica leads. Only the
+database decides readiness (every replica serves reads from it); the rest is reported.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request, Response, status
 
+from gangq.api import readiness
 from gangq.queue import metrics
-from gangq.queue.store import database
 
 router = APIRouter(tags=["health"])
 
@@ -16,25 +23,20 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", responses={503: {"description": "PostgreSQL is unreachable"}})
-async def readyz(request: Request, response: Response) -> dict[str, str]:
+async def readyz(request: Request, response: Response) -> dict[str, Any]:
+    health: readiness.DatabaseHealth = request.app.state.database_health
+    cluster = request.app.state.cluster
     registry: metrics.Metrics = request.app.state.metrics
-    is_up = await database.is_reachable(request.app.state.database_url)
-    metrics.set_database_up(registry, is_up=is_up)
-    if not is_up:
+    body: dict[str, Any] = {
+        "status": "ok" if health.is_up else "unavailable",
+        "database": "up" if health.is_up else "down",
+        "cluster": "none" if cluster is None else "synced" if cluster.inventory() else "syncing",
+        # Collected alone: the whole registry would cost a pass over every tenant's series.
+        "leader": any(
+            sample.value == 1 for family in registry.leader.collect() for sample in family.samples
+        ),
+    }
+    if not health.is_up:
         response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-        return {"status": "unavailable", "detail": "PostgreSQL does not answer"}
-    return {"status": "ok"}
-
-
-@router.get(
-    "/metrics",
-    response_class=Response,
-    responses={
-        200: {
-            "description": "Prometheus text exposition format",
-            "content": {"text/plain": {"schema": {"type": "string"}}},
-        }
-    },
-)
-async def scrape(request: Request) -> Response:
-    return Response(metrics.exposition(request.app.state.metrics), media_type=metrics.CONTENT_TYPE)
+        body["detail"] = health.problem
+    return body

@@ -1,13 +1,18 @@
-"""`/v1/jobs`: the queue as each caller may see it, and one job with placement and history."""
+"""`/v1/jobs`: the queue as each caller may see it, and one job with placement and history.
+
+A viewer is authorized before anything is loaded: the namespace's tenant (as the controller
+publishes it) is checked first, so another tenant's job costs the same as a missing one. Names
+of other tenants' jobs in reasons and histories are redacted for viewers (`redaction.py`).
+"""
 
 from __future__ import annotations
 
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Query, status
+from fastapi import APIRouter, HTTPException, Path, Query, Request, status
 
-from gangq.api import schemas
+from gangq.api import auth, published, redaction, schemas
 from gangq.api.deps import PrincipalDep, SessionDep
 from gangq.api.routers import access
 from gangq.queue.store import jobs
@@ -16,15 +21,35 @@ from gangq.queue.store.models import PHASES
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=schemas.AUTHENTICATED_ERRORS)
 
 NameParam = Annotated[str, Path(min_length=1, max_length=253, pattern=schemas.NAME_PATTERN)]
+# Filters are names: text that could never match one (a NUL byte, spaces) is a 422 here,
+# not a query PostgreSQL refuses.
+TenantFilter = Annotated[
+    str | None, Query(min_length=1, max_length=253, pattern=schemas.NAME_PATTERN)
+]
+TierFilter = Annotated[
+    str | None, Query(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+]
+
+
+def _tenant_of(request: Request) -> published.TenantOf:
+    view = request.app.state.cluster
+    return view.tenant_of if isinstance(view, published.PublishedCluster) else published.unknown
+
+
+def _redact(
+    request: Request, principal: auth.Principal, *, namespace: str = ""
+) -> redaction.Redact:
+    return redaction.for_viewer(principal, tenant_of=_tenant_of(request), own_namespace=namespace)
 
 
 @router.get("", response_model=schemas.JobPageOut, responses=schemas.error_responses(400))
 async def list_jobs(
+    request: Request,
     principal: PrincipalDep,
     session: SessionDep,
     *,
-    tenant: Annotated[str | None, Query(min_length=1, max_length=253)] = None,
-    tier: Annotated[str | None, Query(min_length=1, max_length=63)] = None,
+    tenant: TenantFilter = None,
+    tier: TierFilter = None,
     # The phases are listed for clients; the store checks them (400 naming the valid ones).
     phase: Annotated[
         str | None,
@@ -44,7 +69,14 @@ async def list_jobs(
         offset=offset,
     )
     return schemas.JobPageOut(
-        items=[schemas.JobOut.of(record, now=now) for record in page.items],
+        items=[
+            schemas.JobOut.of(
+                record,
+                now=now,
+                redact=_redact(request, principal, namespace=record.key.partition("/")[0]),
+            )
+            for record in page.items
+        ],
         total=page.total,
         limit=limit,
         offset=offset,
@@ -57,13 +89,24 @@ async def list_jobs(
     responses=schemas.error_responses(404),
 )
 async def get_job(
-    principal: PrincipalDep, session: SessionDep, namespace: NameParam, name: NameParam
+    request: Request,
+    principal: PrincipalDep,
+    session: SessionDep,
+    namespace: NameParam,
+    name: NameParam,
 ) -> schemas.JobDetailOut:
     """One job: position, pending reason, ETA, placement and its whole event history."""
+    # A job of another tenant is reported missing, so its existence does not leak; the
+    # namespace's tenant is checked before anything is read, so neither does the time taken.
+    missing = HTTPException(
+        status.HTTP_404_NOT_FOUND, f"no job {namespace}/{name} that you may read"
+    )
+    tenant = _tenant_of(request)(namespace)
+    if tenant is not None and not principal.can_read_tenant(tenant):
+        raise missing
     detail = await jobs.get_job(session, f"{namespace}/{name}")
-    # A job of another tenant is reported missing, so its existence does not leak.
     if detail is None or not principal.can_read_tenant(detail.job.tenant):
-        raise HTTPException(
-            status.HTTP_404_NOT_FOUND, f"no job {namespace}/{name} that you may read"
-        )
-    return schemas.JobDetailOut.of(detail, now=time.time())
+        raise missing
+    return schemas.JobDetailOut.of(
+        detail, now=time.time(), redact=_redact(request, principal, namespace=namespace)
+    )

@@ -47,7 +47,9 @@ async def get_tenant(
     )
 
 
-@router.put("/{tenant}", response_model=schemas.TenantOut, responses=schemas.error_responses(400))
+@router.put(
+    "/{tenant}", response_model=schemas.TenantOut, responses=schemas.error_responses(400, 413)
+)
 async def put_tenant(
     principal: AdminDep, session: SessionDep, tenant: TenantParam, body: schemas.TenantIn
 ) -> schemas.TenantOut:

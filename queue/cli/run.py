@@ -2,8 +2,10 @@
 
 Owns the command's flags, connecting to the cluster (kubeconfig or in-cluster) and the
 database (which must already be migrated: a schema that is behind stops the start with a hint
-to run `gangq migrate`), and the orderly stop on SIGINT/SIGTERM. Heavy imports load only when
-the command runs.
+to run `gangq migrate`), and the orderly stop on SIGINT/SIGTERM. The controller runs on the
+main event loop; the REST API (`--port`) and `/metrics` (`--metrics-port`) are served from
+their own thread and loop (`gangq.api.hosting`), so no request can delay a scheduling cycle.
+Heavy imports load only when the command runs.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ def register(subparsers: Any) -> None:
         help="kubeconfig file (default: in-cluster config, else $KUBECONFIG or ~/.kube/config)",
     )
     parser.add_argument("--host", default="0.0.0.0", help="address of the REST API and /metrics")
-    parser.add_argument("--port", type=int, default=8080, help="port of the REST API and /metrics")
+    parser.add_argument("--port", type=int, default=8080, help="port of the REST API")
+    parser.add_argument(
+        "--metrics-port", type=int, default=9090, help="port of /metrics (Prometheus)"
+    )
     parser.add_argument("--log-level", default="info", help="debug, info, warning or error")
     parser.set_defaults(handler=run)
 
@@ -51,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     settings = config.load(args.config, **overrides)
     if not settings.database_url:
         raise InvalidInputError("no database: set DATABASE_URL or pass --database-url")
-    asyncio.run(serve(settings, host=args.host, port=args.port))
+    asyncio.run(serve(settings, host=args.host, port=args.port, metrics_port=args.metrics_port))
     return 0
 
 
@@ -78,10 +83,16 @@ async def _api_client(kubeconfig: Path | None) -> Any:
     return client.ApiClient(configuration)
 
 
-async def serve(settings: Any, *, host: str, port: int, stop: asyncio.Event | None = None) -> None:
+async def serve(
+    settings: Any,
+    *,
+    host: str,
+    port: int,
+    metrics_port: int = 9090,
+    stop: asyncio.Event | None = None,
+) -> None:
     """Run until SIGINT/SIGTERM (or `stop`); the schema must be current before anything starts."""
-    import uvicorn
-
+    from gangq.api import hosting, published, scrape
     from gangq.api.app import create_app
     from gangq.api.settings import ApiSettings
     from gangq.queue import controller, metrics
@@ -96,32 +107,52 @@ async def serve(settings: Any, *, host: str, port: int, stop: asyncio.Event | No
         async with api_client:
             cluster = cache.ClusterCache(api_client, settings=settings)
             registry = metrics.create_metrics()
+            view = published.PublishedCluster()
             api_settings = ApiSettings(database_url=settings.database_url)
             app = create_app(
                 api_settings,
                 authenticator=_authenticator(api_settings),
-                cluster=cluster,
+                cluster=view,
                 registry=registry,
             )
-            server = _server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
-            with _signals(stop):
-                async with asyncio.TaskGroup() as group:
-                    group.create_task(
-                        controller.run_controller(
-                            settings=settings,
-                            api_client=api_client,
-                            engine=engine,
-                            stop=stop,
-                            cluster=cluster,
-                            metrics=registry,
-                        ),
-                        name="gangq-controller",
-                    )
-                    group.create_task(server.serve(), name="gangq-api")
-                    await stop.wait()
-                    server.should_exit = True
+            api = hosting.ApiHost(
+                [
+                    hosting.Endpoint(app, host, port),
+                    hosting.Endpoint(scrape.create_metrics_app(registry), host, metrics_port),
+                ]
+            )
+            await api.start_async()
+            try:
+                with _signals(stop):
+                    async with asyncio.TaskGroup() as group:
+                        group.create_task(
+                            controller.run_controller(
+                                settings=settings,
+                                api_client=api_client,
+                                engine=engine,
+                                stop=stop,
+                                cluster=cluster,
+                                metrics=registry,
+                            ),
+                            name="gangq-controller",
+                        )
+                        group.create_task(
+                            published.follow(cluster, view, stop=stop), name="gangq-publish"
+                        )
+                        group.create_task(_watch(api, stop), name="gangq-api-watch")
+                        await stop.wait()
+            finally:
+                await api.stop_async()
     finally:
         await engine.dispose()
+
+
+async def _watch(api: Any, stop: asyncio.Event) -> None:
+    """The API's thread ending on its own stops the process (its error is raised here)."""
+    while not stop.is_set():
+        api.check()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
 
 
 def _authenticator(api_settings: Any) -> Any:
@@ -137,18 +168,6 @@ def _authenticator(api_settings: Any) -> Any:
             "GANGQ_TOKEN_FILE is not set: give a token file, or use GANGQ_AUTH_MODE=tokenreview"
         )
     return auth.TokenFileAuthenticator.from_path(api_settings.token_file)
-
-
-def _server(config: Any) -> Any:
-    """uvicorn's server without its own signal handling: this process stops through `stop`."""
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield
-
-    return Server(config)
 
 
 @contextlib.contextmanager

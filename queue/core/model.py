@@ -46,6 +46,9 @@ class Tier:
     """A job of this tier evicts nobody (reclaim included) until it has waited this long: where
     short jobs turn over every few minutes, waiting for one to end costs a minute, while
     evicting a training gang for a 1-GPU job throws away hours of its work."""
+    reclaim_within_s: float = 0.0
+    """A job of this tier reclaiming its tenant's nominal quota first waits for borrowed devices
+    predicted to come free within this long, and evicts borrowers only past it (rule 6)."""
 
 
 DEFAULT_TIERS: tuple[Tier, ...] = (
@@ -188,6 +191,9 @@ class PendingJob:
     submitted_at: float = 0.0
     max_runtime_s: float | None = None
     """Upper bound of the run (the job is stopped past it); None means it never ends by itself."""
+    predicted_runtime_s: float | None = None
+    """Expected run from the history of similar jobs (module `prediction`), at most
+    `max_runtime_s`; None: no better guess than `max_runtime_s`."""
 
     @property
     def device_count(self) -> int:
@@ -223,10 +229,25 @@ class RunningJob:
     """Already chosen as a victim: its devices are coming free and count as such (rule 6)."""
     pod: PodRequirements = PodRequirements()
     submitted_at: float = 0.0
+    predicted_end_at: float | None = None
+    """When the gang is expected to free its devices (module `prediction`), at most `ends_at`;
+    None: no better guess than `ends_at`."""
+    last_checkpoint_at: float | None = None
+    """When the gang last reported a saved checkpoint; an eviction loses only the work since."""
+    checkpoint_interval_s: float | None = None
+    """The job's declared checkpoint interval: an eviction loses at most this much of its run."""
 
     @property
     def device_count(self) -> int:
         return sum(len(replica.devices) for replica in self.placement)
+
+    def lost_work_device_s(self, now: float) -> float:
+        """Device-seconds of work an eviction now destroys (rule 6): since the later of the
+        start and the last checkpoint, and at most one declared checkpoint interval."""
+        since = now - max(self.started_at, self.last_checkpoint_at or self.started_at)
+        if self.checkpoint_interval_s is not None:
+            since = min(since, self.checkpoint_interval_s)
+        return self.device_count * max(since, 0.0)
 
     @property
     def ends_at(self) -> float | None:

@@ -20,16 +20,18 @@ TIMEOUT = aiohttp.ClientTimeout(total=10)
 
 
 class Probe:
-    def __init__(self, base_url: str, token: str) -> None:
+    def __init__(self, base_url: str, token: str, *, metrics_url: str = "") -> None:
         self.base_url = base_url
+        self.metrics_url = metrics_url
+        """Base URL of the metrics port (`/metrics` is not on the REST port)."""
         self._headers = {"Authorization": f"Bearer {token}"}
 
-    async def get(self, path: str) -> tuple[int, Any]:
+    async def get(self, path: str, *, base_url: str = "") -> tuple[int, Any]:
         """Status and body (JSON when it parses, else text); status 0 when unreachable."""
         try:
             async with (
                 aiohttp.ClientSession(headers=self._headers, timeout=TIMEOUT) as session,
-                session.get(self.base_url + path) as response,
+                session.get((base_url or self.base_url) + path) as response,
             ):
                 if response.content_type == "application/json":
                     return response.status, await response.json()
@@ -97,7 +99,7 @@ class Probe:
         )
 
     async def _metrics(self) -> story.Check:
-        status, body = await self.get("/metrics")
+        status, body = await self.get("/metrics", base_url=self.metrics_url)
         samples = [
             line
             for line in str(body).splitlines()

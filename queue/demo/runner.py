@@ -23,6 +23,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gangq.api import published
 from gangq.api.app import create_app
 from gangq.api.settings import ApiSettings, AuthMode
 from gangq.queue import config, controller
@@ -89,7 +90,8 @@ async def run(options: Options, *, on_outcome: Callable[[report.Outcome], None])
         if options.serve:
             options.echo(
                 f"\nREST API serving at {parts.api.base_url} (Ctrl-C to stop); try:\n"
-                f"  curl -H 'Authorization: Bearer {parts.token}' {parts.api.base_url}/v1/jobs"
+                f"  curl -H 'Authorization: Bearer {parts.token}' {parts.api.base_url}/v1/jobs\n"
+                f"metrics at {parts.api.metrics_url}/metrics"
             )
             await _serve_until_interrupted(parts.api)
     return outcome
@@ -141,7 +143,7 @@ async def _start(
     token, token_file = stack.admin_token_file(Path(exits.enter_context(stack.token_directory())))
     app = create_app(
         ApiSettings(database_url=url, auth_mode=AuthMode.TOKEN_FILE, token_file=token_file),
-        cluster=running.cluster,
+        cluster=running.view,
         registry=running.metrics,
     )
     served = await exits.enter_async_context(stack.api_server(app, port=api_port))
@@ -158,7 +160,7 @@ async def _play(
     progress: report.Progress,
 ) -> report.Outcome:
     observed = parts.observed
-    api_probe = probe.Probe(parts.api.base_url, parts.token)
+    api_probe = probe.Probe(parts.api.base_url, parts.token, metrics_url=parts.api.metrics_url)
     long_running = frozenset(tier.name for tier in settings.tiers if tier.long_running)
     playback = player.Player(
         scenario,
@@ -184,7 +186,7 @@ async def _play(
 async def _serve_until_interrupted(served: stack.ServedApi) -> None:
     """Ctrl-C ends serving, not the run: the exit code still tells whether the story held."""
     try:
-        await asyncio.wait({served.task})
+        await served.wait()
     except asyncio.CancelledError:
         current = asyncio.current_task()
         if current is None or current.uncancel() > 0:
@@ -293,6 +295,8 @@ async def _cancel(task: asyncio.Task[None]) -> None:
 class _Controller:
     task: asyncio.Task[None]
     cluster: cache.ClusterCache
+    view: published.PublishedCluster
+    """What the controller publishes for the API's thread."""
     metrics: gangq_metrics.Metrics
 
     def check(self) -> None:
@@ -322,9 +326,14 @@ async def _start_controller(
         ),
         name="gangq-demo-controller",
     )
+    view = published.PublishedCluster()
+    follower = asyncio.create_task(
+        published.follow(cluster, view, stop=stop), name="gangq-demo-publish"
+    )
 
     async def halt() -> None:
         stop.set()
+        await follower
         done, _ = await asyncio.wait({task}, timeout=STOP_SECONDS)
         if not done:
             await _cancel(task)
@@ -332,4 +341,4 @@ async def _start_controller(
             logger.error("the controller ended with %r", task.exception())
 
     exits.push_async_callback(halt)
-    return _Controller(task, cluster, metrics)
+    return _Controller(task, cluster, view, metrics)

@@ -1,9 +1,10 @@
 """The embedded parts a demo run stands on: a scratch database and the REST API on localhost.
 
 Owns their start and cleanup: a fresh database per run (created on `DATABASE_URL`'s server or
-on the embedded PostgreSQL, dropped afterwards, so runs never see each other's jobs), and a
-uvicorn server for the API on 127.0.0.1 with a one-run admin token. It must not play the
-scenario or judge it.
+on the embedded PostgreSQL, dropped afterwards, so runs never see each other's jobs), and the
+API on 127.0.0.1 with a one-run admin token, served like `gangq run` serves it: from its own
+thread and event loop, with `/metrics` on a port of its own. It must not play the scenario or
+judge it.
 """
 
 from __future__ import annotations
@@ -11,18 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import socket
 import tempfile
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg  # type: ignore[import-untyped]
-import uvicorn
 import yaml
 from fastapi import FastAPI
 
-from gangq.queue.core.errors import GangqError, InvalidInputError
+from gangq.api import hosting, scrape
 from gangq.queue.store import database
 from gangq.queue.store.errors import StoreError
 
@@ -66,8 +65,14 @@ def _safe(url: str) -> str:
 @dataclass(frozen=True, slots=True)
 class ServedApi:
     base_url: str
-    task: asyncio.Task[None]
-    """Ends when the server stops (Ctrl-C stops it)."""
+    metrics_url: str
+    host: hosting.ApiHost
+
+    async def wait(self) -> None:
+        """Wait while the API serves; raises when its thread ended on its own (a failure)."""
+        while True:
+            self.host.check()
+            await asyncio.sleep(0.5)
 
 
 def admin_token_file(directory: Path) -> tuple[str, Path]:
@@ -84,36 +89,19 @@ def token_directory() -> tempfile.TemporaryDirectory[str]:
     return tempfile.TemporaryDirectory(prefix="gangq-demo-")
 
 
-class _Server(uvicorn.Server):
-    """A server that leaves SIGINT to asyncio: Ctrl-C cancels the run, which stops the server
-    like every other part (uvicorn's own handler would re-raise it after its shutdown)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
-
-
 @contextlib.asynccontextmanager
 async def api_server(app: FastAPI, *, port: int = 0) -> AsyncIterator[ServedApi]:
-    """Serve `app` on 127.0.0.1:`port` (0: a free one) until the context ends."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    """Serve `app` on 127.0.0.1:`port` (0: a free one) and its metrics on a free port, from
+    their own thread until the context ends."""
+    served = hosting.ApiHost(
+        [
+            hosting.Endpoint(app, API_HOST, port),
+            hosting.Endpoint(scrape.create_metrics_app(app.state.metrics), API_HOST, 0),
+        ],
+        name="gangq-demo-api",
+    )
+    await served.start_async()
     try:
-        listener.bind((API_HOST, port))
-    except OSError as error:
-        listener.close()
-        raise InvalidInputError(f"cannot listen on {API_HOST}:{port}: {error.strerror}") from error
-    server = _Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    task = asyncio.create_task(server.serve(sockets=[listener]), name="gangq-demo-api")
-    try:
-        while not server.started:
-            if task.done():
-                await task
-                raise GangqError("the REST API stopped while starting")
-            await asyncio.sleep(0.02)
-        yield ServedApi(f"http://{API_HOST}:{listener.getsockname()[1]}", task)
+        yield ServedApi(served.urls[0], served.urls[1], served)
     finally:
-        server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        listener.close()
+        await served.stop_async()

@@ -27,6 +27,7 @@ from gangq.queue.kubesim.scheduler import Scheduler
 from gangq.queue.kubesim.server import ApiServer
 from gangq.queue.kubesim.storage import Storage
 from gangq.queue.kubesim.strategy import Strategy
+from gangq.queue.kubesim.tokenreview import TokenReviews
 from gangq.queue.kubesim.validation import core, crd, dra, pods
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -94,6 +95,8 @@ class Emulator:
     history_size: int = 10_000
     bookmark_interval: float = 60.0
     faults: Faults = field(default_factory=Faults)
+    token_reviews: TokenReviews = field(default_factory=TokenReviews)
+    """Tokens it issued (`token_reviews.issue(...)`), answered on POST .../tokenreviews."""
     registry: Registry = field(init=False)
     scheduler: Scheduler = field(init=False)
     kubelets: Kubelets = field(init=False)
@@ -111,7 +114,11 @@ class Emulator:
         for path in self.crds:
             install_crd(self.registry, path)
         server = ApiServer(
-            self.registry, self.faults, token=self.token, bookmark_interval=self.bookmark_interval
+            self.registry,
+            self.faults,
+            token=self.token,
+            bookmark_interval=self.bookmark_interval,
+            token_reviews=self.token_reviews,
         )
         self._runner = web.AppRunner(server.application(), access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()

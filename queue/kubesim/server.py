@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -31,6 +31,7 @@ from gangq.queue.kubesim import (
 )
 from gangq.queue.kubesim.faults import Faults
 from gangq.queue.kubesim.registry import Registry
+from gangq.queue.kubesim.tokenreview import TokenReviews
 from gangq.queue.kubesim.validation import pods
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class ApiServer:
     token: str | None = None
     address: str = "127.0.0.1:6443"
     bookmark_interval: float = 60.0
+    token_reviews: TokenReviews = field(default_factory=TokenReviews)
 
     def application(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -148,6 +150,8 @@ class ApiServer:
         parts = [part for part in request.path.split("/") if part]
         if parts == ["version"]:
             return _json(discovery.VERSION, 200)
+        if parts == ["apis", "authentication.k8s.io", "v1", "tokenreviews"]:
+            return await self._token_review(request)
         types = list(self.registry.types.values())
         aggregated = discovery.AGGREGATED_V2 in request.headers.get("Accept", "")
         if parts == ["api"]:
@@ -178,6 +182,24 @@ class ApiServer:
             gv = f"{group}/{version}" if group else version
             return _json(discovery.resource_list(gv, served), 200)
         return await self._resource(request, group, version, rest)
+
+    async def _token_review(self, request: web.Request) -> web.Response:
+        """A create-only virtual resource: nothing is stored, the answer carries the status."""
+        if request.method != "POST":
+            raise status.ApiError(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            )
+        self.faults.check("create", "tokenreviews", name="")
+        delay = self.faults.delay_for("create", "tokenreviews")
+        if delay:
+            await asyncio.sleep(delay)
+        try:
+            body = json.loads(await request.read() or b"null")
+        except json.JSONDecodeError as error:
+            raise status.bad_request(f"the object provided is not valid JSON: {error}") from error
+        return _json(self.token_reviews.review(body), 201)
 
     def _target(self, group: str, version: str, rest: list[str]) -> Target:
         def lookup(plural: str) -> kinds.ResourceType:

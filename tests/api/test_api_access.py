@@ -33,9 +33,12 @@ async def test_no_token_or_an_unknown_one_is_refused_everywhere(api: httpx.Async
         assert unknown.json()["detail"] == "the bearer token is unknown or expired"
 
 
-async def test_probes_metrics_and_openapi_need_no_token(api: httpx.AsyncClient) -> None:
-    for path in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
+async def test_probes_and_openapi_need_no_token_and_metrics_are_not_on_the_rest_port(
+    api: httpx.AsyncClient,
+) -> None:
+    for path in ("/healthz", "/readyz", "/openapi.json"):
         assert (await api.get(path)).status_code == 200, path
+    assert (await api.get("/metrics")).status_code == 404
 
 
 def job_keys(response: httpx.Response) -> set[str]:

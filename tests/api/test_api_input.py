@@ -11,10 +11,12 @@ from typing import Any
 import httpx
 import pytest
 from api_scenario import CLUSTER_ADMIN, QUOTA_ADMIN, bearer
+from fastapi import FastAPI
 
-from gangq.api import auth
+from gangq.api import auth, scrape
 from gangq.api.app import create_app
 from gangq.api.settings import ApiSettings
+from gangq.queue import metrics
 
 
 def quota_body(**fields: Any) -> dict[str, Any]:
@@ -152,16 +154,18 @@ async def test_unreachable_database_is_503_not_500(token_file: Path) -> None:
         async with httpx.AsyncClient(transport=transport, base_url="http://gangq") as client:
             jobs = await client.get("/v1/jobs", headers=bearer(CLUSTER_ADMIN))
             ready = await client.get("/readyz")
-            scrape = await client.get("/metrics")
     assert jobs.status_code == 503
     assert jobs.json()["detail"] == "the database is unavailable; retry shortly"
     assert ready.status_code == 503
-    assert "gangq_database_up 0.0" in scrape.text
+    assert metrics.exposition(app.state.metrics).count(b"gangq_database_up 0.0") == 1
 
 
-async def test_metrics_are_exposed_in_prometheus_text(api: httpx.AsyncClient) -> None:
-    await api.get("/readyz")
-    response = await api.get("/metrics")
+async def test_metrics_are_exposed_in_prometheus_text_on_their_own_app(
+    seeded_app: FastAPI, api: httpx.AsyncClient
+) -> None:
+    transport = httpx.ASGITransport(app=scrape.create_metrics_app(seeded_app.state.metrics))
+    async with httpx.AsyncClient(transport=transport, base_url="http://gangq") as client:
+        response = await client.get("/metrics")
     assert response.headers["content-type"].startswith("text/plain")
     assert "# TYPE gangq_admission_wait_seconds histogram" in response.text
     assert "gangq_database_up 1.0" in response.text
@@ -178,8 +182,8 @@ async def test_openapi_lists_every_endpoint(api: httpx.AsyncClient) -> None:
         "/v1/capacity",
         "/healthz",
         "/readyz",
-        "/metrics",
     }
+    assert "/metrics" not in spec["paths"]
     assert "put" in spec["paths"]["/v1/tenants/{tenant}"]
     assert "HTTPBearer" in spec["components"]["securitySchemes"]
 
@@ -187,7 +191,7 @@ async def test_openapi_lists_every_endpoint(api: httpx.AsyncClient) -> None:
 class NoRoleAuthenticator:
     """Any token is a user without roles, as TokenReview gives for a user in no gangq group."""
 
-    async def authenticate(self, token: str) -> auth.Principal | None:
+    async def authenticate(self, token: str, *, source: str) -> auth.Principal | None:
         return auth.Principal(user="someone")
 
 

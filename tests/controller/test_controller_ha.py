@@ -1,6 +1,6 @@
 """High availability with real processes: two `gangq run` against one database and one cluster.
 
-Only the leader acts (every store event names its actor, and the follower's /metrics says it
+Only the leader acts (every store event names its actor, and the follower's /readyz says it
 does not lead); when the leader is killed with SIGKILL, the follower takes over and admits new
 work within 15 s (issue 6 item 7).
 """
@@ -70,22 +70,21 @@ class Process:
                 "127.0.0.1",
                 "--port",
                 str(self.port),
+                "--metrics-port",
+                str(_free_port()),
                 env=environment,
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
             )
 
     async def leads(self) -> bool | None:
-        """The process's own `gangq_leader` gauge; None while its API does not answer."""
+        """Whether the process's /readyz says it leads; None while its API does not answer."""
         try:
             async with httpx.AsyncClient(timeout=2.0) as http:
-                scrape = (await http.get(f"http://127.0.0.1:{self.port}/metrics")).text
+                ready = await http.get(f"http://127.0.0.1:{self.port}/readyz")
         except httpx.TransportError:
             return None
-        for line in scrape.splitlines():
-            if line.startswith("gangq_leader "):
-                return float(line.split()[1]) == 1.0
-        return None
+        return bool(ready.json().get("leader")) if ready.status_code == 200 else None
 
     async def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
         process = self.process

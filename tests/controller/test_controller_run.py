@@ -67,12 +67,16 @@ async def test_run_serves_the_api_and_metrics_and_admits_jobs(
     monkeypatch.setenv("GANGQ_TOKEN_FILE", str(tokens))
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(json.dumps(harness.cluster.kubeconfig()))
-    port = _free_port()
+    port, metrics_port = _free_port(), _free_port()
     settings = harness.settings.model_copy(
         update={"database_url": database_url, "kubeconfig": kubeconfig}
     )
     stop = asyncio.Event()
-    task = asyncio.create_task(run_command.serve(settings, host="127.0.0.1", port=port, stop=stop))
+    task = asyncio.create_task(
+        run_command.serve(
+            settings, host="127.0.0.1", port=port, metrics_port=metrics_port, stop=stop
+        )
+    )
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
 
@@ -91,7 +95,8 @@ async def test_run_serves_the_api_and_metrics_and_admits_jobs(
                 resources.TRAINING_JOBS, "ml-train", training_job("served", run_seconds=None)
             )
             await wait_for(lambda: harness.phase("served") == "Running")
-            scrape = (await http.get("/metrics")).text
+            scrape = (await http.get(f"http://127.0.0.1:{metrics_port}/metrics")).text
+            assert (await http.get("/metrics")).status_code == 404
             listed = await http.get(
                 "/v1/jobs", headers={"Authorization": "Bearer admin-token-0123456789"}
             )

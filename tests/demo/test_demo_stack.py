@@ -41,7 +41,7 @@ async def test_the_api_is_served_with_a_run_token_and_probed_over_http(
         database_url=database_url, auth_mode=AuthMode.TOKEN_FILE, token_file=token_file
     )
     async with stack.api_server(create_app(settings)) as served:
-        answers = probe.Probe(served.base_url, token)
+        answers = probe.Probe(served.base_url, token, metrics_url=served.metrics_url)
         assert await answers.get("/healthz") == (200, {"status": "ok"})
         assert (await probe.Probe(served.base_url, "x" * 32).get("/v1/jobs"))[0] == 401
         assert await answers.pending_reason("ml-train/none") == (
@@ -51,4 +51,4 @@ async def test_the_api_is_served_with_a_run_token_and_probed_over_http(
     jobs = checks["API /v1/jobs agrees with the TrainingJobs"]
     assert (jobs.ok, jobs.detail) == (False, "0 jobs and 0 scale-up gang(s) listed, 0 observed")
     assert not checks["API /v1/capacity counts every published device"].ok
-    assert served.task.done()
+    assert (await probe.Probe(served.base_url, token).get("/healthz"))[0] == 0

@@ -318,6 +318,34 @@ def test_base_wires_service_monitor_pdb_and_network_policy_to_the_pods() -> None
     assert {53, 443, 5432} <= egress_ports
 
 
+def test_metrics_have_their_own_port_open_to_the_monitoring_namespace_only() -> None:
+    """/metrics names every tenant: no rule of the policy may open a port to everyone, and
+    the metrics port is open to the monitoring namespace alone."""
+    docs = build("base")
+    container = find(docs, "Deployment", "gangq")["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": 8080, "metrics": 9090}
+    assert container["args"][container["args"].index("--metrics-port") + 1] == "9090"
+    monitor = find(docs, "ServiceMonitor", "gangq")
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
+    rules = find(docs, "NetworkPolicy", "gangq")["spec"]["ingress"]
+    assert all(rule.get("from") for rule in rules)
+    by_port = {p["port"]: rule["from"] for rule in rules for p in rule["ports"]}
+    assert by_port[9090] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    assert {"namespaceSelector": {"matchLabels": {"gangq.dev/api-access": "true"}}} in by_port[8080]
+
+
+def test_the_deployment_accepts_only_gangq_audience_tokens() -> None:
+    container = find(build("base"), "Deployment", "gangq")["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["GANGQ_AUTH_MODE"] == "tokenreview"
+    assert json.loads(env["GANGQ_TOKEN_REVIEW_AUDIENCES"]) == ["gangq"]
+
+
 def test_dashboards_config_map_carries_every_dashboard_file() -> None:
     config_map = find(build("base"), "ConfigMap", "gangq-dashboards")
     on_disk = {p.name for p in (DEPLOY / "base" / "dashboards").glob("*.json")}
