@@ -165,8 +165,6 @@ class NeverFit:
             return explain.unschedulable(
                 f"DeviceClass {device_class}: {error}: an administrator must fix it"
             )
-        if self._fits_now(shape):
-            return None
         per_node, most = self._matching(key)
         if not per_node:
             return self._nothing_matches(key)
@@ -199,14 +197,6 @@ class NeverFit:
             left,
             beside=f" beside long-running jobs of tier {shown} it may not evict ({names})",
         )
-
-    def _fits_now(self, shape: placement.Shape) -> bool:
-        """Enough nodes have the devices free already: it fits, whatever else holds devices.
-        Spares counting every device, free or not, for most shapes."""
-        view = self._pool.view(shape.selector)
-        accepting = self._accepting(shape.pod)
-        free = [n for n in view.nodes_with_at_least(shape.devices_per_replica) if n in accepting]
-        return self._lacking(shape, free, beside="") is None
 
     def _matching(self, key: SelectorKey) -> tuple[Mapping[str, int], int]:
         """Untainted devices matching `key` per node, free or not, and the most on one node."""
