@@ -93,6 +93,7 @@ def server_config(app: ASGIApp, *, header_seconds: float = HEADER_SECONDS) -> Co
         app,
         header_seconds=header_seconds,
         log_level="warning",
+        log_config=None,
         lifespan="on",
         http=_HeaderDeadline,
         timeout_keep_alive=IDLE_SECONDS,

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
-from gangq.queue.kube import cache, reconciler
+from gangq.queue.kube import cache, reconciler, retry
 from gangq.queue.store import database, leader, notify
 from gangq.queue.store.errors import StoreError
 
@@ -64,12 +64,13 @@ async def run_controller(
         view, settings=settings, sessions=sessions, clock=now, metrics=registry
     )
     try:
-        async with asyncio.TaskGroup() as group:
-            group.create_task(view.run(stop), name="gangq-watch-caches")
-            group.create_task(
-                _lead(work, leadership=leadership, url=url, stop=stop, view=view),
-                name="gangq-leader-loop",
-            )
+        with retry.counting_in(registry):
+            async with asyncio.TaskGroup() as group:
+                group.create_task(view.run(stop), name="gangq-watch-caches")
+                group.create_task(
+                    _lead(work, leadership=leadership, url=url, stop=stop, view=view),
+                    name="gangq-leader-loop",
+                )
     finally:
         gangq_metrics.set_leader(registry, is_leader=False)
         await leadership.release()

@@ -30,6 +30,12 @@ DEVICE_STATES = ("free", "reserved", "held_by_others")
 TENANT_DEVICE_KINDS = ("nominal", "borrowed")
 PREEMPTION_REASONS = ("priority", "reclaim", "scale_up", "other")
 START_FAILURE_REASONS = ("timeout", "pod_failed", "node_lost", "other")
+API_RETRY_REASONS = ("conflict", "throttled", "server_error", "unreachable", "other")
+API_RESOURCES = (
+    "trainingjobs", "pods", "services", "resourceclaims", "resourceslices", "deviceclasses",
+    "nodes", "namespaces", "events", "leases", "tokenreviews",
+)  # fmt: skip
+"""The resources gangq talks to; any other request path counts as "other"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +56,7 @@ class Metrics:
     largest_placeable_gang: Gauge
     leader: Gauge
     database_up: Gauge
+    api_retries: Counter
 
 
 def create_metrics() -> Metrics:
@@ -134,6 +141,13 @@ def create_metrics() -> Metrics:
             "1 when the last PostgreSQL round trip of this replica succeeded.",
             registry=registry,
         ),
+        api_retries=Counter(
+            "gangq_api_retries",
+            "Kubernetes API requests that met an expected race or transient failure and were "
+            "tried again (conflicts are re-read and re-applied on the next step).",
+            ["resource", "reason"],
+            registry=registry,
+        ),
     )
 
 
@@ -182,6 +196,13 @@ def record_preemption(metrics: Metrics, victim_tier: str, *, reason: str) -> Non
 def record_gang_start_failure(metrics: Metrics, tier: str, *, reason: str) -> None:
     bounded = reason if reason in START_FAILURE_REASONS else "other"
     metrics.gang_start_failures.labels(tier=tier, reason=bounded).inc()
+
+
+def record_api_retry(metrics: Metrics, *, resource: str, reason: str) -> None:
+    metrics.api_retries.labels(
+        resource=resource if resource in API_RESOURCES else "other",
+        reason=reason if reason in API_RETRY_REASONS else "other",
+    ).inc()
 
 
 def observe_cycle(metrics: Metrics, seconds: float) -> None:

@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sim",
     "demo",
     "run",
+    "logs",
 )
 
 

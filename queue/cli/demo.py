@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gangq.queue import logconfig
 from gangq.queue.core.errors import InvalidInputError
 
 
@@ -43,6 +44,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--api-port", type=int, default=0, help="port of the REST API (default: a free one)"
     )
+    logconfig.add_arguments(parser, level="warning")
     parser.set_defaults(handler=run_demo)
 
 
@@ -56,6 +58,7 @@ def run_demo(args: argparse.Namespace) -> int:
         raise InvalidInputError(
             f"no {scenario.SCENARIO_FILE} in {directory}: give the scenario folder with --scenario"
         )
+    logconfig.configure(level=args.log_level, log_format=args.log_format)
     progress = sys.stderr if args.json else sys.stdout
 
     def echo(line: str) -> None:

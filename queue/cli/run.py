@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gangq.queue import logconfig
+from gangq.queue.cli import kubeclient
 from gangq.queue.core.errors import InvalidInputError
 
 
@@ -38,16 +39,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--metrics-port", type=int, default=9090, help="port of /metrics (Prometheus)"
     )
-    parser.add_argument("--log-level", default="info", help="debug, info, warning or error")
+    logconfig.add_arguments(parser, level="info")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from gangq.queue import config
 
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logconfig.configure(level=args.log_level, log_format=args.log_format)
     overrides: dict[str, Any] = {}
     if args.database_url:
         overrides["database_url"] = args.database_url
@@ -58,29 +57,6 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError("no database: set DATABASE_URL or pass --database-url")
     asyncio.run(serve(settings, host=args.host, port=args.port, metrics_port=args.metrics_port))
     return 0
-
-
-async def _api_client(kubeconfig: Path | None) -> Any:
-    from kubernetes_asyncio import client, config
-    from kubernetes_asyncio.config.config_exception import ConfigException
-
-    if kubeconfig is None:
-        try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-            return client.ApiClient()
-        except ConfigException:
-            pass
-    configuration = client.Configuration()
-    try:
-        await config.load_kube_config(
-            config_file=None if kubeconfig is None else str(kubeconfig),
-            client_configuration=configuration,
-        )
-    except (ConfigException, OSError) as error:
-        raise InvalidInputError(
-            f"cannot read kubeconfig {kubeconfig or '(default)'}: {error}"
-        ) from error
-    return client.ApiClient(configuration)
 
 
 async def serve(
@@ -103,7 +79,7 @@ async def serve(
     engine = database.create_engine(database.normalize_url(settings.database_url))
     try:
         await schema.ensure_current(engine)
-        api_client = await _api_client(settings.kubeconfig)
+        api_client = await kubeclient.api_client(settings.kubeconfig)
         async with api_client:
             cluster = cache.ClusterCache(api_client, settings=settings)
             registry = metrics.create_metrics()

@@ -34,6 +34,9 @@ async def _tolerant(
     except KubeError as error:
         if error.status in ok:
             return True
+        if error.status == 409:  # a stale copy: the next step re-reads and writes again
+            retry.note_expected(error, what=what)
+            return False
         # a pausing object was refused before and said so then
         level = logging.DEBUG if isinstance(error, retry.BackingOff) else logging.WARNING
         logger.log(level, "%s refused: %s", what, error)

@@ -74,7 +74,7 @@ class WatchCache:
                 version = await self._watch(version)
                 failures = 0
             except Expired:
-                logger.info("watch of %s expired; relisting", self.resource.plural)
+                logger.debug("watch of %s expired; relisting", self.resource.plural)
                 version = None
             except (KubeError, aiohttp.ClientError, OSError, TimeoutError) as error:
                 pause = RECONNECT_DELAYS_S[min(failures, len(RECONNECT_DELAYS_S) - 1)]

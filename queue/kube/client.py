@@ -23,13 +23,31 @@ _AUTH = ["BearerToken"]
 
 
 class KubeError(GangqError):
-    """A request the API server refused or that could not reach it (`status` 0)."""
+    """A request the API server refused or that could not reach it (`status` 0); `resource`
+    is the plural the request path named ("" when unknown)."""
 
-    def __init__(self, status: int, message: str, *, retry_after_s: float | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        retry_after_s: float | None = None,
+        resource: str = "",
+    ) -> None:
         super().__init__(f"{status}: {message}" if status else message)
         self.status = status
         self.message = message
         self.retry_after_s = retry_after_s
+        self.resource = resource
+
+
+def resource_of(path: str) -> str:
+    """The plural a request path names: "pods" of /api/v1/namespaces/ns/pods/x/status."""
+    parts = [part for part in path.partition("?")[0].split("/") if part]
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    return rest[0] if rest else ""
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -68,7 +86,9 @@ class Kube:
                 _request_timeout=timeout_s,
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
-            raise KubeError(0, f"{method} {path}: {error or type(error).__name__}") from error
+            raise KubeError(
+                0, f"{method} {path}: {error or type(error).__name__}", resource=resource_of(path)
+            ) from error
         return response
 
     async def request(
@@ -84,7 +104,9 @@ class Kube:
         try:
             text = await response.text()
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
-            raise KubeError(0, f"{method} {path}: {error or type(error).__name__}") from error
+            raise KubeError(
+                0, f"{method} {path}: {error or type(error).__name__}", resource=resource_of(path)
+            ) from error
         finally:
             response.release()
         try:
@@ -97,6 +119,7 @@ class Kube:
                 response.status,
                 f"{method} {path}: {message or text.strip() or response.reason}",
                 retry_after_s=_retry_after(response.headers),
+                resource=resource_of(path),
             )
         return parsed if isinstance(parsed, dict) else {}
 

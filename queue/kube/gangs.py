@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gangq.queue import logconfig
 from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
 from gangq.queue.core import model
@@ -178,7 +179,8 @@ class Gangs:
 
         async def drive(h: Held) -> None:
             async with limit:
-                await self._drive(h, facts, records)
+                with logconfig.about_job(h.row.namespace, h.gang.name):
+                    await self._drive(h, facts, records)
 
         await asyncio.gather(*(drive(h) for h in held))
 

@@ -31,6 +31,7 @@ from gangq.queue.kube import (
     intake,
     objects,
     resources,
+    retry,
     scale,
     status,
     trainingjob,
@@ -413,6 +414,10 @@ class Reconciler:
                     )
                 except KubeError as error:
                     self.shown.pop(str(meta.get("uid")), None)
-                    logger.info("status of %s not written: %s", trainingjob.key_of(job), error)
+                    what = f"status of {trainingjob.key_of(job)}"
+                    if error.status == 409:
+                        retry.note_expected(error, what=what)
+                    else:
+                        logger.info("%s not written: %s", what, error)
 
         await asyncio.gather(*(write(job, body) for job, body in updates))

@@ -7,6 +7,12 @@ write that keeps failing is not repeated every step. A refusal no retry can fix 
 BadRequest, 422 Invalid) is not retried: it is reported to whoever `collecting` refusals around
 the writes, which makes it the job's reason. A 409 is not retried here: the caller re-reads and
 re-applies, because only it knows the object.
+
+Retries and conflicts are expected in a busy cluster (kube-controller-manager updates claims
+gangq also writes), so they are logged at DEBUG and counted in
+`gangq_api_retries_total{resource,reason}` of the registry the controller installs with
+`counting_in` (a context variable: every task the controller starts inherits it, and two
+controllers in one process count apart).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from typing import TypeVar
 
+from gangq.queue import metrics as gangq_metrics
 from gangq.queue.kube.client import KubeError
 
 T = TypeVar("T")
@@ -32,6 +39,38 @@ OBJECT_MAX_PAUSE_S = 300.0
 PAUSED_KEPT = 10_000
 
 logger = logging.getLogger(__name__)
+
+_registry: ContextVar[gangq_metrics.Metrics | None] = ContextVar(
+    "gangq_api_retry_registry", default=None
+)
+
+
+@contextlib.contextmanager
+def counting_in(metrics: gangq_metrics.Metrics) -> Iterator[None]:
+    """Count the retries and conflicts of the work started inside in `metrics`."""
+    token = _registry.set(metrics)
+    try:
+        yield
+    finally:
+        _registry.reset(token)
+
+
+def reason_of(error: KubeError) -> str:
+    if error.status == 409:
+        return "conflict"
+    if error.status == 429:
+        return "throttled"
+    if error.status == 0:
+        return "unreachable"
+    return "server_error" if error.status >= 500 else "other"
+
+
+def note_expected(error: KubeError, *, what: str) -> None:
+    """A race or transient failure that is tried again: DEBUG, and counted."""
+    logger.debug("%s: %s; tried again", what, error)
+    metrics = _registry.get()
+    if metrics is not None:
+        gangq_metrics.record_api_retry(metrics, resource=error.resource, reason=reason_of(error))
 
 
 class BackingOff(KubeError):
@@ -137,9 +176,8 @@ async def retrying(
                     pause = backoff.failed(what)
                     logger.info("%s failed (%s); next try in %.0fs", what, error, pause)
                 raise
-            pause = delay_s(error, attempt)
-            logger.info("%s failed (%s); retry %d in %.2fs", what, error, attempt + 1, pause)
-            await asyncio.sleep(pause)
+            note_expected(error, what=f"{what} (retry {attempt + 1})")
+            await asyncio.sleep(delay_s(error, attempt))
         else:
             backoff.succeeded(what)
             return result

@@ -113,12 +113,14 @@ class Emulator:
             seed(self.registry, self.inventory)
         for path in self.crds:
             install_crd(self.registry, path)
+        self.kubelets = Kubelets(self.registry, ready_seconds=self.ready_seconds)
         server = ApiServer(
             self.registry,
             self.faults,
             token=self.token,
             bookmark_interval=self.bookmark_interval,
             token_reviews=self.token_reviews,
+            logs=self.kubelets.logs,
         )
         self._runner = web.AppRunner(server.application(), access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
@@ -127,7 +129,6 @@ class Emulator:
         self.port = int(self._runner.addresses[0][1])
         server.address = f"127.0.0.1:{self.port}"
         self.scheduler = Scheduler(self.registry)
-        self.kubelets = Kubelets(self.registry, ready_seconds=self.ready_seconds)
         if self.scheduling:
             self._tasks.append(asyncio.create_task(self.scheduler.run(), name="kubesim-scheduler"))
         self._tasks.append(asyncio.create_task(self.kubelets.run(), name="kubesim-kubelets"))

@@ -2,7 +2,8 @@
 
 Owns pod lifecycle after binding: Running and Ready after `ready_seconds`; after the pod's
 `sim.gangq.dev/run-seconds` the container exits with `sim.gangq.dev/exit-code`: the pod ends
-Succeeded or Failed, or restarts in place when its restartPolicy says so; the grace-0 delete
+Succeeded or Failed, or restarts in place when its restartPolicy says so; what each container
+run writes goes to `logs` (see `podlogs.py`); the grace-0 delete
 that completes a graceful deletion; node failure (NotReady + taint, pods lose Ready) and device
 taints written into ResourceSlices. It must not schedule or change specs.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gangq.queue.kubesim import deletion, kinds, status
+from gangq.queue.kubesim.podlogs import PodLogs
 from gangq.queue.kubesim.registry import Registry
 from gangq.queue.kubesim.storage import DELETED, Event
 from gangq.queue.kubesim.validation import pods
@@ -33,6 +35,8 @@ def _condition(kind: str, state: str, now: str) -> dict[str, Any]:
 class Kubelets:
     registry: Registry
     ready_seconds: float = 0.0
+    logs: PodLogs = field(default_factory=PodLogs)
+    """What the containers write, served by the API server's `pods/{name}/log`."""
     _timers: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _dirty: set[tuple[str, str]] = field(default_factory=set)
@@ -43,6 +47,7 @@ class Kubelets:
             return
         metadata = event.object["metadata"]
         if event.type == DELETED:
+            self.logs.forget(str(metadata.get("uid")))
             timer = self._timers.pop(str(metadata.get("uid")), None)
             if timer is not None:
                 timer.cancel()
@@ -153,6 +158,7 @@ class Kubelets:
             for c in pod["spec"].get("containers") or []
         ]
         self.registry.update(kinds.PODS, namespace, name, pod, subresource="status")
+        self.logs.start(pod, restart=0)
 
     def _finish(self, namespace: str, name: str, uid: str) -> None:
         pod = self.registry.find(kinds.PODS, namespace, name)
@@ -171,6 +177,8 @@ class Kubelets:
                 container["state"] = {"running": {"startedAt": now}}
                 container["restartCount"] = int(container.get("restartCount") or 0) + 1
             self.registry.update(kinds.PODS, namespace, name, pod, subresource="status")
+            statuses = pod["status"].get("containerStatuses") or [{}]
+            self.logs.start(pod, restart=int(statuses[0].get("restartCount") or 0))
             return
         pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
         for kind in ("ContainersReady", "Ready"):

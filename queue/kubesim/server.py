@@ -30,6 +30,7 @@ from gangq.queue.kubesim import (
     watch,
 )
 from gangq.queue.kubesim.faults import Faults
+from gangq.queue.kubesim.podlogs import PodLogs
 from gangq.queue.kubesim.registry import Registry
 from gangq.queue.kubesim.tokenreview import TokenReviews
 from gangq.queue.kubesim.validation import pods
@@ -87,6 +88,7 @@ class ApiServer:
     address: str = "127.0.0.1:6443"
     bookmark_interval: float = 60.0
     token_reviews: TokenReviews = field(default_factory=TokenReviews)
+    logs: PodLogs = field(default_factory=PodLogs)
 
     def application(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -279,6 +281,10 @@ class ApiServer:
     async def _dispatch(
         self, request: web.Request, target: Target, verb: str, query: dict[str, str]
     ) -> web.StreamResponse:
+        if verb == "get" and target.rt.key == kinds.PODS.key and target.subresource == "log":
+            pod = self.registry.get(kinds.PODS, target.namespace or "", target.name or "")
+            text = self.logs.read(pod, request.query)
+            return web.Response(text=text, status=200, content_type="text/plain")
         if verb in ("list", "get"):
             return self._read(request, target, verb, query)
         body = await self._body(request, target.rt)

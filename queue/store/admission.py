@@ -286,7 +286,9 @@ async def cycle_in_transaction(
         session, result.preemptions, holding=loaded.holding, now=now, actor=actor
     )
     await _write_pending(session, result, loaded=loaded, now=now, actor=actor)
-    logger.info(
+    # An idle cycle (nothing admitted or preempted) runs every few seconds: DEBUG.
+    logger.log(
+        logging.INFO if result.admissions or result.preemptions else logging.DEBUG,
         "cycle at %.0f (epoch %d): %d admitted, %d preempting, %d pending",
         now,
         epoch,

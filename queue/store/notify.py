@@ -81,6 +81,9 @@ class Listener:
         return reasons
 
     async def close(self) -> None:
+        """Our own close is no lost connection: the termination listener goes first."""
         connection, self._connection = self._connection, None
-        if connection is not None and not connection.is_closed():
-            await connection.close()
+        if connection is not None:
+            connection.remove_termination_listener(self._on_terminated)
+            if not connection.is_closed():
+                await connection.close()

@@ -14,10 +14,14 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gangq.queue.store.errors import SchemaBehindError
+
+MIGRATION_LOCK_KEY = 0x6761_6E67_7102
+"""Serializes migrations: every new pod of the Deployment runs `gangq migrate` as it starts."""
 
 
 def migrations_dir() -> Path:
@@ -48,8 +52,15 @@ def _current(connection: Connection) -> str | None:
 
 
 async def upgrade(engine: AsyncEngine, *, revision: str = "head") -> str | None:
-    """Bring the schema to `revision` in one transaction; returns the revision now in force."""
+    """Bring the schema to `revision` in one transaction; returns the revision now in force.
+
+    A second migration waits for the first (a transaction-level advisory lock), then reads the
+    version the first committed and has nothing left to do.
+    """
     async with engine.begin() as connection:
+        await connection.execute(
+            text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY}
+        )
         await connection.run_sync(_upgrade, revision)
     return await current_revision(engine)
 

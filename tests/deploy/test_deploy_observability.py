@@ -18,6 +18,7 @@ from gangq.queue import metrics
 from gangq.queue.store import database
 
 BASE = Path(__file__).resolve().parents[2] / "deploy" / "base"
+PROMETHEUS = Path(__file__).resolve().parents[2] / "deploy" / "components" / "prometheus"
 METRIC_NAME = re.compile(r"\b(gangq_[a-z0-9_]+)\b")
 EXPECTED_DASHBOARDS = {
     "gangq-queue": "gangq / Queue and waits",
@@ -50,7 +51,7 @@ def dashboard_queries(dashboard: dict[str, Any]) -> Iterator[str]:
 
 
 def rule_groups() -> list[dict[str, Any]]:
-    rule = yaml.safe_load((BASE / "prometheusrule.yaml").read_text())
+    rule = yaml.safe_load((PROMETHEUS / "prometheusrule.yaml").read_text())
     groups: list[dict[str, Any]] = rule["spec"]["groups"]
     return groups
 

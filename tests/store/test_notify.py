@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 import asyncpg
+import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.store import database, jobs, notify, tenants
@@ -82,3 +86,14 @@ async def test_a_requeue_wakes_for_the_release_and_the_job(
         detail = await jobs.get_job(session, "a/one")
     assert detail is not None
     assert (detail.job.phase, detail.job.restarts, detail.job.preemptions) == ("Queued", 1, 0)
+
+
+async def test_closing_the_listener_logs_no_lost_connection(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A clean shutdown says nothing alarming; the lost connection above still warns."""
+    caplog.set_level(logging.DEBUG, logger="gangq")
+    async with notify.Listener(database_url) as listener:
+        assert await listener.wait(timeout_s=0.01) == frozenset()
+    await asyncio.sleep(0.1)  # asyncpg calls termination listeners from the event loop
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

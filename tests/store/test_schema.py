@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 import pytest
 from alembic import command
@@ -58,3 +60,24 @@ def test_migrations_ship_inside_the_package() -> None:
     folder = schema.migrations_dir()
     assert (folder / "env.py").is_file()
     assert any(path.name.startswith("0001_") for path in (folder / "versions").iterdir())
+
+
+async def test_two_migrations_at_once_both_succeed(server_url: str) -> None:
+    """Every new pod migrates as it starts (deploy/base's init container): the second waits
+    for the first, then finds nothing left to do."""
+    name = "gangq_test_concurrent_migrations"
+    admin = await asyncpg.connect(database.libpq_url(server_url))
+    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    url = database.with_database(server_url, name)
+    engines = [database.create_engine(url, pool_size=1) for _ in range(2)]
+    try:
+        async with asyncio.timeout(60):  # without the lock the two block each other
+            revisions = await asyncio.gather(*(schema.upgrade(engine) for engine in engines))
+        assert revisions == [schema.head_revision()] * 2
+        await schema.ensure_current(engines[0])
+    finally:
+        for engine in engines:
+            await engine.dispose()
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
