@@ -333,7 +333,7 @@ def test_metrics_have_their_own_port_open_to_the_monitoring_namespace_only() -> 
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"http": 8080, "metrics": 9090}
     assert container["args"][container["args"].index("--metrics-port") + 1] == "9090"
-    monitor = find(docs, "ServiceMonitor", "gangq")
+    monitor = find(build("overlays/prometheus"), "ServiceMonitor", "gangq")
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
     rules = find(docs, "NetworkPolicy", "gangq")["spec"]["ingress"]
     assert all(rule.get("from") for rule in rules)
