@@ -140,8 +140,12 @@ class ControllerSettings(BaseSettings):
     coalesce_s: float = Field(default=0.05, ge=0)
     """Wake-ups within this window are merged into one cycle."""
     status_refresh_s: float = Field(default=30.0, ge=0)
-    """A queued job's status is rewritten for a new position or reason at most this often
-    (a phase change is written at once); `GET /v1/jobs` always has the current position."""
+    """A queued job's status is rewritten for a new position at most this often (a phase
+    change is written at once); `GET /v1/jobs` always has the current position."""
+    status_reason_interval_s: float = Field(default=2.0, ge=0)
+    """A job's new reason is written at once, but at most this often per job: a reason that
+    changes every cycle (numbers, an ETA) costs one write per job per interval, and the status
+    shows the stored reason, the one `GET /v1/jobs` shows, once it settles."""
     status_moves_per_step: int = Field(default=50, ge=1)
     """Of those queue moves, at most this many are written per step (the stalest first)."""
     gauges_interval_s: float = Field(default=5.0, ge=0)

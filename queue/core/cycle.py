@@ -2,7 +2,8 @@
 
 It reads a `Snapshot`, decides admissions, preemptions and backfill reservations, and explains
 every job it leaves pending. Pure: no I/O, no clock; the same input gives the same output.
-Phases: (1) validate and order the queue (rule 4); (2) for each job check quota, then placement
+Phases: (1) set aside invalid jobs and jobs that can never fit (module `feasibility`), order
+the rest (rule 4); (2) for each job check quota, then placement
 (respecting backfill holds), then preemption, then a reservation for the first blocked job of
 its tier; (3) record an admission, a victim set or a pending reason; (4) number the pending.
 A borrowing job also leaves alone what tenants waiting within nominal are owed (module `owed`):
@@ -16,10 +17,9 @@ import bisect
 import heapq
 import math
 
-from gangq.queue.core import backfill, explain, ordering, placement, preemptor
+from gangq.queue.core import backfill, explain, feasibility, ordering, placement, preemptor
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.device import DeviceId
-from gangq.queue.core.errors import SelectorError
 from gangq.queue.core.model import (
     Admission,
     BackfillReservation,
@@ -43,6 +43,9 @@ def run_cycle(
     valid: list[PendingJob] = []
     invalid: list[tuple[PendingJob, explain.PendingReason]] = []
     checked: dict[tuple[object, ...], explain.PendingReason | None] = {}
+    never_fit = feasibility.NeverFit(
+        pool=state.pool, book=state.book, tiers=state.tiers, running=snapshot.running
+    )
     for job in snapshot.pending:
         positive = job.replicas > 0 and job.devices_per_replica > 0
         keyless = not job.topology.key
@@ -50,7 +53,11 @@ def run_cycle(
         try:
             problem = checked[kind]
         except KeyError:
-            problem = checked[kind] = _validate(job, state=state, matcher=matcher)
+            problem = checked[kind] = feasibility.invalid_reason(
+                job, policy=policy, inventory=snapshot.inventory, matcher=matcher
+            )
+        if problem is None:
+            problem = never_fit.judge(job)
         if problem is None:
             valid.append(job)
         else:
@@ -63,7 +70,11 @@ def run_cycle(
     for job, problem in sorted(invalid, key=lambda item: (item[0].submitted_at, item[0].uid)):
         state.order.append(job.key)
         state.pending[job.key] = problem
-    waiting = [key for key in state.order if key in state.pending]
+    waiting = [
+        key
+        for key in state.order
+        if key in state.pending and state.pending[key].code in explain.WAITING_CODES
+    ]
     return CycleResult(
         admissions=tuple(state.admissions),
         preemptions=tuple(state.preemptions),
@@ -72,33 +83,6 @@ def run_cycle(
         reservations=tuple(h.reservation for h in state.holds),
         order=tuple(state.order),
     )
-
-
-def _validate(
-    job: PendingJob, *, state: CycleState, matcher: DeviceMatcher
-) -> explain.PendingReason | None:
-    """Input a person must fix: the job cannot run however long it waits. The answer depends
-    only on tier, device class, selectors, topology mode, whether a topology key is set and
-    the counts being positive."""
-    if job.tier not in state.tiers:
-        known = ", ".join(state.tiers)
-        return explain.invalid(f"unknown tier {job.tier!r} (known: {known})")
-    if job.replicas < 1 or job.devices_per_replica < 1:
-        return explain.invalid("replicas and devicesPerReplica must be at least 1")
-    managed = state.policy.managed_device_classes
-    if managed and job.device_class not in managed:
-        return explain.invalid(f"device class {job.device_class!r} is not managed by gangq")
-    device_class = state.snapshot.inventory.device_classes.get(job.device_class)
-    if device_class is None:
-        return explain.invalid(f"device class {job.device_class!r} does not exist")
-    if job.topology.mode is not TopologyMode.NONE and not job.topology.key:
-        return explain.invalid(f"topology mode {job.topology.mode} needs a topology key")
-    try:
-        for expression in (*device_class.selectors, *job.selectors):
-            matcher.program(expression)
-    except SelectorError as error:
-        return explain.invalid(str(error))
-    return None
 
 
 def _expect_owed(valid: list[PendingJob], *, state: CycleState) -> None:

@@ -18,6 +18,16 @@ class ReasonCode(enum.StrEnum):
     BACKFILL = "backfill"
     PREEMPTION = "preemption"
     INVALID = "invalid"
+    """The spec must change: the job ended Failed and holds no place in the queue."""
+    UNSCHEDULABLE = "unschedulable"
+    """The cluster as configured can never run the job: it stays visible, out of line, and is
+    judged again every cycle (inventory, quotas or tiers may change)."""
+
+
+WAITING_CODES = frozenset(
+    {ReasonCode.QUOTA, ReasonCode.CAPACITY, ReasonCode.BACKFILL, ReasonCode.PREEMPTION}
+)
+"""Reasons of jobs that wait for something that will come free: only those hold a position."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +60,11 @@ def _short(name: str) -> str:
 
 def invalid(problem: str) -> PendingReason:
     return PendingReason(ReasonCode.INVALID, f"invalid: {problem}")
+
+
+def unschedulable(problem: str) -> PendingReason:
+    """`problem` says what would have to change for the job to ever run."""
+    return PendingReason(ReasonCode.UNSCHEDULABLE, f"unschedulable: {problem}")
 
 
 def tier_not_allowed(*, tenant: str, tier: str, allowed: tuple[str, ...]) -> PendingReason:

@@ -38,7 +38,9 @@ async def _tolerant(
         if error.status == 409:  # a stale copy: the next step re-reads and writes again
             retry.note_expected(error, what=what)
             return False
-        logger.warning("%s refused: %s", what, error)
+        # a pausing object was refused before and said so then
+        level = logging.DEBUG if isinstance(error, retry.BackingOff) else logging.WARNING
+        logger.log(level, "%s refused: %s", what, error)
         return False
     return True
 

@@ -29,18 +29,21 @@ from gangq.queue.kube import (
     lifecycle,
     objects,
     resources,
+    retry,
     scale,
     status,
     trainingjob,
 )
 from gangq.queue.kube.actuator import Actuator
 from gangq.queue.kube.client import KubeError
-from gangq.queue.store import jobs, leader, reservations, snapshot, timestamps
+from gangq.queue.store import jobs, leader, refusals, reservations, snapshot, timestamps
 from gangq.queue.store.runs import Run
 
 logger = logging.getLogger(__name__)
 EVENTFUL = (lifecycle.Ending.FAILED, lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED)
 """Endings that get a Kubernetes Event (Warning): the ones a person has to look into."""
+REFUSED = "invalid: "
+"""Start of the reason of a gang whose objects the API server refused for good."""
 DRIVES_IN_FLIGHT = 32
 """Gangs driven at once: a burst of admissions must not queue hundreds of requests on the
 API server, where the last would time out and be retried, adding to the load."""
@@ -293,6 +296,10 @@ class Gangs:
                 cause=status.condition_reason(verdict.cause),
                 failures=failures,
             )
+            if verdict.reason.startswith(REFUSED):
+                await refusals.mark_refused(
+                    session, gang.key, message=verdict.reason.removeprefix(REFUSED)
+                )
         tier = self.settings.tier(held.row.tier)
         return await self.history.record(
             session, held.row, verdict, now=now, long_running=bool(tier and tier.long_running)
@@ -363,9 +370,13 @@ class Gangs:
         if verdict.action is lifecycle.Action.BUILD:
             if gang.job is None:
                 return
-            skew = await self.actuator.build(
-                gang, spec=job_spec, inventory=inventory, now=self.clock()
-            )
+            with retry.collecting() as refused:
+                skew = await self.actuator.build(
+                    gang, spec=job_spec, inventory=inventory, now=self.clock()
+                )
+            if refused:
+                self._refused(held, refused)
+                return
             if skew is not None:
                 # The release shows in the status (phase, placement, releaseSkewMs): no event.
                 self.skews_ms[gang.uid] = round(skew * 1000)
@@ -376,6 +387,21 @@ class Gangs:
             await self.actuator.restart_in_place(gang, verdict.replicas, spec=job_spec)
         elif verdict.action is lifecycle.Action.TEARDOWN:
             await self._teardown(held, verdict, context=context)
+
+    def _refused(self, held: Held, refused: retry.Refusals) -> None:
+        """The API server refused an object of the gang for good (400, 422): building it again
+        cannot help, so the gang is torn down and the job ends Failed with the server's words
+        (its spec must change; editing it queues the job again)."""
+        gang = held.gang
+        reason = f"{REFUSED}the API server refused {'; '.join(refused.messages)}"
+        logger.warning("gang %s: %s", gang.key, reason)
+        verdict = lifecycle.Verdict(
+            lifecycle.Action.TEARDOWN,
+            ending=lifecycle.Ending.FAILED,
+            reason=reason,
+            failure="other",
+        )
+        self.endings[(gang.uid, gang.admitted_at)] = verdict
 
     async def _teardown(
         self, held: Held, verdict: lifecycle.Verdict, *, context: lifecycle.Context

@@ -1,8 +1,9 @@
 """One leader step: queue new TrainingJobs, run the cycle, drive every gang, show status.
 
-Owns turning cluster events into store writes (enqueue by uid, finishing deleted jobs) and
-carrying out each gang's lifecycle verdict from committed store state: the cycle's decisions
-are read back from PostgreSQL, never from memory, so a restarted leader does the same (rule 9).
+Owns turning cluster events into store writes (queueing through `intake`, finishing deleted
+jobs) and carrying out each gang's lifecycle verdict from committed store state: the cycle's
+decisions are read back from PostgreSQL, never from memory, so a restarted leader does the
+same (rule 9).
 Errors from bad input or a refused write are logged per job and never stop the loop.
 """
 
@@ -30,6 +31,7 @@ from gangq.queue.kube import (
     estimates,
     gangs,
     history,
+    intake,
     lifecycle,
     objects,
     resources,
@@ -94,18 +96,30 @@ class Reconciler:
         )
         self.matcher = DeviceMatcher()
         self.policy = settings.policy()
-        self.known: set[str] = set()
-        self.problems: dict[str, status.Refusal] = {}
+        self.intake = intake.Intake(
+            view,
+            settings=settings,
+            writes=self.writes,
+            actuator=self.actuator,
+            matcher=self.matcher,
+            clock=clock,
+        )
         self.tenants_epoch: int | None = None
         self.shown: dict[str, _Shown] = {}
         """Job uid -> the last status write, so a write the cache has not seen is not repeated."""
         self.gauged_at = float("-inf")
+        self.reason_due: float | None = None
+        """When the earliest new reason held back by the per-job rate may be written."""
 
     def next_deadline_s(self) -> float:
-        """Seconds until the earliest startup deadline (the timer must not sleep past it)."""
-        if not self.gangs.deadlines:
+        """Seconds until the earliest startup deadline or held-back reason (the timer must not
+        sleep past them)."""
+        deadlines = list(self.gangs.deadlines.values())
+        if self.reason_due is not None:
+            deadlines.append(self.reason_due)
+        if not deadlines:
             return self.settings.cycle_interval_s
-        return max(0.0, min(self.gangs.deadlines.values()) - self.clock()) + 0.05
+        return max(0.0, min(deadlines) - self.clock()) + 0.05
 
     async def step(self, *, epoch: int) -> None:
         """Enqueue, scale, cycle, drive gangs, sweep, show status: one leader turn.
@@ -121,8 +135,8 @@ class Reconciler:
             if self.tenants_epoch != epoch:
                 await self._write_tenants()
                 self.tenants_epoch = epoch
-            await self._enqueue_new()
-            await self.checkpoints.sync(queued=self.known)
+            await self.intake.run(inventory)
+            await self.checkpoints.sync(queued=self.intake.known)
             estimator = await self.history.ensure(epoch=epoch)
             await self._scale(await self._records())
             started = time.monotonic()
@@ -164,60 +178,13 @@ class Reconciler:
                     now=self.clock(),
                 )
 
-    async def _enqueue_new(self) -> None:
-        """Queue every TrainingJob not seen yet; enqueue is idempotent by uid (replays are free).
-
-        All new jobs of a pass go in one transaction (a burst queues at batch speed); only when
-        the batch is refused (a name still held by a live job, a spec the store rejects) are
-        they queued one by one, so one bad job never holds back the others.
-        """
-        fresh: list[model.PendingJob] = []
-        for job in self.view.objects(resources.TRAINING_JOBS).values():
-            meta = job.get("metadata") or {}
-            uid = str(meta.get("uid") or "")
-            if uid in self.known or meta.get("deletionTimestamp"):
-                continue
-            try:
-                pending = trainingjob.pending_job(
-                    job, tenant=self.view.tenant_of(str(meta.get("namespace")))
-                )
-            except InvalidInputError as error:
-                self.problems[uid] = status.Refusal(str(error), invalid=True)
-                continue
-            fresh.append(pending)
-        # No finalizer: what a TrainingJob owns goes with it (owner references), and a job
-        # gone from the cache is finished in the store by `_sweep`.
-        ready = fresh
-        if not ready:
-            return
-        try:
-            await self._enqueue(ready)
-        except InvalidInputError:
-            for pending in ready:
-                try:
-                    await self._enqueue([pending])
-                except ConflictError as error:
-                    self.problems[pending.uid] = status.Refusal(
-                        f"waiting for the previous job {pending.key} to end: {error}",
-                        invalid=False,
-                    )
-                except InvalidInputError as error:
-                    self.problems[pending.uid] = status.Refusal(str(error), invalid=True)
-
-    async def _enqueue(self, batch: list[model.PendingJob]) -> None:
-        async with self.writes.transaction() as session:
-            await jobs.enqueue(session, batch, actor=self.settings.actor, now=self.clock())
-        for pending in batch:
-            self.problems.pop(pending.uid, None)
-            self.known.add(pending.uid)
-
     async def _records(self) -> dict[str, jobs.JobRecord]:
         """Live store records, and finished ones whose end their TrainingJob does not show."""
         unshown = [
             str((job.get("metadata") or {}).get("uid"))
             for job in self.view.objects(resources.TRAINING_JOBS).values()
             if (job.get("status") or {}).get("phase") not in scale.FINISHED
-        ]
+        ] + sorted(self.intake.changed)
         async with self.sessions() as session:
             return await jobs.live_and_chosen(session, uids=unshown)
 
@@ -416,19 +383,24 @@ class Reconciler:
         shown: dict[str, _Shown] = {}
         moved: list[tuple[float, str, dict[str, Any], dict[str, Any], _Shown]] = []
         clock = self.clock()
+        self.reason_due = None
         for job in list(self.view.objects(resources.TRAINING_JOBS).values()):
             meta = job.get("metadata") or {}
             uid = str(meta.get("uid"))
             record = fresh.get(uid) or records.get(uid)
-            if meta.get("deletionTimestamp") or (record is None and uid not in self.problems):
+            if meta.get("deletionTimestamp") or (
+                record is None and uid not in self.intake.problems
+            ):
                 # A job not queued yet gets its first status once it is (the next step).
                 continue
             wanted = status.desired(
                 record,
                 placement=tuple(sorted(placements.get(uid, ()), key=lambda p: p.replica)),
-                problem=self.problems.get(uid),
+                problem=self.intake.problems.get(uid),
                 now=now,
             )
+            for condition in wanted.get("conditions") or []:
+                condition["observedGeneration"] = meta.get("generation")  # see intake
             if uid in skews:
                 wanted["releaseSkewMs"] = skews[uid]
             if uid in waiting and wanted.get("phase") == "Running":
@@ -448,11 +420,14 @@ class Reconciler:
             ) == wanted.get("releaseSkewMs"):
                 continue
             body = {"status": status.merged_conditions(current, wanted)}
-            if last is not None and status.only_queue_moved(current, wanted):
+            if (
+                last is not None
+                and status.only_queue_moved(current, wanted)
+                and self._holds_back(current, wanted, last=last, clock=clock)
+            ):
                 if clock - last.at >= self.settings.status_refresh_s:
-                    moved.append(
-                        (last.at, uid, job, body, _Shown(version=version, status=wanted, at=clock))
-                    )
+                    written = _Shown(version=version, status=wanted, at=clock)
+                    moved.append((last.at, uid, job, body, written))
                 continue
             shown[uid] = _Shown(version=version, status=wanted, at=clock)
             updates.append((job, body))
@@ -469,6 +444,20 @@ class Reconciler:
     def _differs(current: Mapping[str, Any], wanted: Mapping[str, Any], *, now: float) -> bool:
         """A status write is due: a compared field changed or the estimated start moved."""
         return status.differs(current, wanted) or estimates.has_moved(current, wanted, now=now)
+
+    def _holds_back(
+        self, current: Mapping[str, Any], wanted: Mapping[str, Any], *, last: _Shown, clock: float
+    ) -> bool:
+        """Whether a queued job's changed status waits: a move alone waits for the bounded
+        refresh (churn); a new reason goes out at once, at most once per
+        `status_reason_interval_s` per job, so the status soon says what the store says."""
+        if current.get("reason") == wanted.get("reason"):
+            return True
+        due = last.at + self.settings.status_reason_interval_s
+        if clock >= due:
+            return False
+        self.reason_due = min(self.reason_due or due, due)
+        return True
 
     async def _write_statuses(self, updates: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
         """Send the status patches concurrently; a refused one is tried again next step. A job

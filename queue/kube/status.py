@@ -61,11 +61,10 @@ def _condition(kind: str, state: bool, reason: str, message: str, *, now: str) -
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """Why a TrainingJob could not be queued: a spec to fix, or (not `invalid`) a name still
-    held by an earlier job of the same name that has not ended."""
+    """Why a valid TrainingJob is not queued yet: its name is still held by an earlier job of
+    the same name that has not ended (a job refused for its spec has a record instead)."""
 
     message: str
-    invalid: bool
 
 
 def desired(
@@ -79,18 +78,15 @@ def desired(
     no record then). A job neither queued nor refused yet gets no status at all."""
     if record is None:
         assert problem is not None, "a job that is neither queued nor refused has no status"
-        reason, kind = (
-            (f"invalid: {problem.message}", "InvalidSpec")
-            if problem.invalid
-            else (problem.message, "NameInUse")
-        )
         return {
             "phase": "Queued",
-            "reason": reason,
-            "conditions": [_condition("Admissible", False, kind, problem.message, now=now)],
+            "reason": problem.message,
+            "conditions": [_condition("Admissible", False, "NameInUse", problem.message, now=now)],
         }
     reason = record.reason.message if record.reason else ""
-    invalid = record.reason is not None and str(record.reason.code) == "invalid"
+    code = str(record.reason.code) if record.reason else ""
+    invalid = code == "invalid"
+    never_fits = code == "unschedulable"
     holding = record.phase in ("Admitted", "Running")
     finished = record.phase in ("Succeeded", "Failed")
     if finished and record.outcome is not None:
@@ -111,9 +107,17 @@ def desired(
             now=now,
         ),
         _condition("Ready", record.phase == "Running", record.phase, "", now=now),
+        # rule 10: a job the cluster as configured can never run is told apart from a wait
+        _condition(
+            "Schedulable",
+            not never_fits,
+            "NeverFits" if never_fits else "Fits",
+            reason if never_fits else "",
+            now=now,
+        ),
     ]
     if finished:
-        cause = record.outcome.cause if record.outcome else ""
+        cause = "InvalidSpec" if invalid else record.outcome.cause if record.outcome else ""
         conditions.append(_condition(record.phase, True, cause or record.phase, reason, now=now))
     status: dict[str, Any] = {
         "phase": record.phase,

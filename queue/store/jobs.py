@@ -138,7 +138,8 @@ def split_key(key: str) -> tuple[str, str]:
     return namespace, name
 
 
-def _validate(job: model.PendingJob) -> None:
+def validate(job: model.PendingJob) -> None:
+    """What the columns cannot hold, all named at once (integers printed as integers)."""
     split_key(job.key)
     problems = [
         f"{field} must not be empty"
@@ -151,13 +152,14 @@ def _validate(job: model.PendingJob) -> None:
         problems.append(f"replicas must be >= 1, got {job.replicas}")
     if job.devices_per_replica < 1:
         problems.append(f"devicesPerReplica must be >= 1, got {job.devices_per_replica}")
-    if job.max_runtime_s is not None and job.max_runtime_s <= 0:
-        problems.append(f"maxRuntimeSeconds must be > 0, got {job.max_runtime_s}")
+    runtime = None if job.max_runtime_s is None else round(job.max_runtime_s)
+    if runtime is not None and runtime <= 0:
+        problems.append(f"maxRuntimeSeconds must be > 0, got {runtime}")
     for field, number in (
         ("priority", job.priority),
         ("replicas", job.replicas),
         ("devicesPerReplica", job.devices_per_replica),
-        ("maxRuntimeSeconds", job.max_runtime_s or 0),
+        ("maxRuntimeSeconds", runtime or 0),
     ):
         if not _INT32_MIN <= number <= _INT32_MAX:
             problems.append(f"{field} {number} is outside the 32-bit range Kubernetes allows")
@@ -198,7 +200,7 @@ async def enqueue(
     conflict: the old one must finish or be deleted first.
     """
     for job in jobs:
-        _validate(job)
+        validate(job)
     if not jobs:
         return 0
     try:
@@ -414,10 +416,12 @@ _RECORD_COLUMNS = tuple(getattr(JobRow, name) for name in _RecordFields.__annota
 
 def _record_view(row: _RecordFields) -> JobRecord:
     reason = outcome = None
-    if row.phase in FINISHED_PHASES:
-        if row.pending_message is not None:
-            outcome = Outcome(row.pending_code or "", row.pending_message)
-    elif row.pending_code is not None:
+    if row.phase in FINISHED_PHASES and row.pending_message is not None:
+        outcome = Outcome(row.pending_code or "", row.pending_message)
+    if row.pending_code is not None and (
+        row.phase not in FINISHED_PHASES or row.pending_code == explain.ReasonCode.INVALID
+    ):
+        # a job refused for its spec ended Failed, and its reason stays what REST shows
         reason = explain.PendingReason(
             explain.ReasonCode(row.pending_code), row.pending_message or ""
         )

@@ -1,8 +1,8 @@
 """The scenario the API tests share: a small cluster, two tenants, a queue a real cycle decided.
 
 The cluster: 3 nodes x 4 GPUs in 2 racks (node-3 cordoned). Tenants team-a and team-b have 4
-nominal GPUs each; the cycle admits a-small (1x2) and b-one (1x2) and leaves a-big (2x4)
-pending with a reason. Tokens come from a real token file.
+nominal GPUs each and may borrow 4; the cycle admits a-small (1x2) and b-one (1x2) and leaves
+a-big (2x4) pending with a reason. Tokens come from a real token file.
 """
 
 from __future__ import annotations
@@ -90,14 +90,21 @@ def job(key: str, tenant: str, *, replicas: int, devices: int, at: float) -> mod
     )
 
 
-def quota(tenant: str, nominal: int) -> model.TenantQuota:
-    return model.TenantQuota(tenant=model.Tenant(tenant), device_class=GPU, nominal=nominal)
+def quota(tenant: str, nominal: int, *, borrowing_limit: int = 0) -> model.TenantQuota:
+    return model.TenantQuota(
+        tenant=model.Tenant(tenant),
+        device_class=GPU,
+        nominal=nominal,
+        borrowing_limit=borrowing_limit,
+    )
 
 
 async def seed(sessions: async_sessionmaker[AsyncSession], database_url: str) -> None:
     async with sessions() as session, session.begin():
         for tenant in ("team-a", "team-b"):
-            await tenants.upsert_tenant(session, tenant, [quota(tenant, 4)], actor="seed", now=T0)
+            # a-big (8) may borrow 4: it waits for quota rather than never fitting
+            limits = [quota(tenant, 4, borrowing_limit=4)]
+            await tenants.upsert_tenant(session, tenant, limits, actor="seed", now=T0)
         await jobs.enqueue(
             session,
             [

@@ -41,7 +41,7 @@ async def test_jobs_table_for_a_viewer(server: str, capsys: pytest.CaptureFixtur
         ["team-a/a-small", "team-a", "training", "Admitted", "-", "1x2"],
     ]
     assert rows[0].endswith(
-        "quota: tenant team-a uses 2/4 nominal, borrowing limit 0, job needs 8 gpu.nvidia.com"
+        "quota: tenant team-a uses 2/4 nominal, borrowing limit 4, job needs 8 gpu.nvidia.com"
     )
 
 
@@ -179,7 +179,7 @@ async def test_queues_and_tenants_tables(server: str, capsys: pytest.CaptureFixt
     ]
     code, out, _ = await gangq(capsys, "tenants", "--server", server, "--token", VIEWER_A)
     assert code == 0
-    assert lines(out)[1:] == [["team-a", "gpu.nvidia.com", "4", "0", "1", "(all)"]]
+    assert lines(out)[1:] == [["team-a", "gpu.nvidia.com", "4", "4", "1", "(all)"]]
 
 
 async def test_tenants_set_changes_one_class_and_keeps_the_rest(

@@ -40,9 +40,13 @@ async def test_invalid_jobs_get_a_condition_that_names_the_problem(harness: Harn
     assert "unknown tier 'nightly'" in _condition(harness, "weird", "Admissible")["message"]
     assert _condition(harness, "weird", "Admissible")["reason"] == "InvalidSpec"
     assert (harness.job("weird") or {})["status"]["reason"].startswith("invalid: ")
+    assert harness.phase("weird") == harness.phase("orphan", "unlabelled") == "Failed"
     await wait_for(
         lambda: (
-            (harness.job("huge") or {}).get("status", {}).get("reason", "").startswith("capacity")
+            (harness.job("huge") or {})
+            .get("status", {})
+            .get("reason", "")
+            .startswith("unschedulable: needs 3 nodes")
         )
     )
     assert harness.phase("huge") == "Queued"
