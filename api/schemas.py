@@ -16,7 +16,7 @@ from pydantic_core import PydanticCustomError
 
 from gangq.api import redaction
 from gangq.queue.core import capacity, model
-from gangq.queue.store import events, jobs, tenants
+from gangq.queue.store import events, jobs, runs, tenants
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 # A tier as the TrainingJob CRD accepts it in spec.tier.
@@ -170,19 +170,57 @@ class EventOut(Schema):
         )
 
 
+class PredictionOut(Schema):
+    runtime_seconds: float | None = Field(
+        description="expected run, from the recent runs of the same tenant, tier, gang shape "
+        "and family, at most maxRuntimeSeconds (PRODUCT rule 5); null when neither is known"
+    )
+    end_at: datetime | None = Field(
+        description="when a job holding devices is expected to free them (lengthened once it "
+        "outlives its prediction)"
+    )
+    lost_work_device_seconds: float | None = Field(
+        description="device-seconds of work an eviction now would destroy: devices x time "
+        "since the later of the start and the last checkpoint (PRODUCT rule 6)"
+    )
+    last_checkpoint_at: datetime | None = Field(
+        description="the latest checkpoint the job reported (annotation gangq.dev/last-checkpoint)"
+    )
+    checkpoint_interval_seconds: float | None = Field(
+        description="spec.checkpointIntervalSeconds: an eviction loses at most this much run"
+    )
+
+    @classmethod
+    def of(cls, estimate: runs.Estimate) -> PredictionOut:
+        return cls(
+            runtime_seconds=estimate.predicted_runtime_s,
+            end_at=instant(estimate.predicted_end_at),
+            lost_work_device_seconds=estimate.lost_work_device_s,
+            last_checkpoint_at=instant(estimate.last_checkpoint_at),
+            checkpoint_interval_seconds=estimate.checkpoint_interval_s,
+        )
+
+
 class JobDetailOut(Schema):
     job: JobOut
     placement: list[ReplicaPlacementOut]
     history: list[EventOut]
+    prediction: PredictionOut | None = None
 
     @classmethod
     def of(
-        cls, detail: jobs.JobDetail, *, now: float, redact: redaction.Redact = redaction.identity
+        cls,
+        detail: jobs.JobDetail,
+        *,
+        now: float,
+        redact: redaction.Redact = redaction.identity,
+        estimate: runs.Estimate | None = None,
     ) -> JobDetailOut:
         return cls(
             job=JobOut.of(detail.job, now=now, redact=redact),
             placement=[ReplicaPlacementOut.of(p) for p in detail.placement],
             history=[EventOut.of(e, redact=redact) for e in detail.history],
+            prediction=None if estimate is None else PredictionOut.of(estimate),
         )
 
 

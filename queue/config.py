@@ -34,6 +34,11 @@ class TierConfig(BaseModel):
     """Serving tiers never finish by themselves: failed pods restart in place, replicas scale."""
     preemption_delay_s: float = Field(default=0.0, ge=0, alias="preemptionDelaySeconds")
     """A job of this tier evicts nobody (reclaim included) before it has waited this long."""
+    reclaim_within_s: float = Field(default=0.0, ge=0, alias="reclaimWithinSeconds")
+    """A reclaim of nominal quota waits this long at most for borrowed devices predicted to
+    come free by themselves before it evicts borrowers."""
+    always_preempts: bool = Field(default=False, alias="alwaysPreempts")
+    """Evicts lower tiers without weighing their lost work against its wait (serving)."""
 
     def to_core(self) -> model.Tier:
         return model.Tier(
@@ -42,6 +47,8 @@ class TierConfig(BaseModel):
             min_runtime_before_preemption_s=self.min_runtime_before_preemption_s,
             long_running=self.long_running,
             preemption_delay_s=self.preemption_delay_s,
+            reclaim_within_s=self.reclaim_within_s,
+            always_preempts=self.always_preempts,
         )
 
 
@@ -88,6 +95,8 @@ def _default_tiers() -> tuple[TierConfig, ...]:
                 "minRuntimeBeforePreemptionSeconds": tier.min_runtime_before_preemption_s,
                 "longRunning": tier.long_running,
                 "preemptionDelaySeconds": tier.preemption_delay_s,
+                "reclaimWithinSeconds": tier.reclaim_within_s,
+                "alwaysPreempts": tier.always_preempts,
             }
         )
         for tier in model.DEFAULT_TIERS
@@ -123,15 +132,25 @@ class ControllerSettings(BaseSettings):
     """Driver -> attribute that names one device for good; claims are pinned to it by CEL."""
     tenants: tuple[TenantConfig, ...] = ()
     """Tenants written to the store when leadership is taken (the API may change them later)."""
+    preemption_cost_factor: float = Field(default=1.0, gt=0)
+    """An eviction pays when the victims' lost device-seconds are at most this times the
+    preemptor's devices x its expected wait without it (rule 6, docs/sim.md)."""
     cycle_interval_s: float = Field(default=5.0, gt=0)
     """Longest pause between two cycles when nothing wakes the loop (polling safety net)."""
     coalesce_s: float = Field(default=0.05, ge=0)
     """Wake-ups within this window are merged into one cycle."""
     status_refresh_s: float = Field(default=30.0, ge=0)
-    """A queued job's status is rewritten for a new position or reason at most this often
-    (a phase change is written at once); `GET /v1/jobs` always has the current position."""
+    """A queued job's status is rewritten for a new position at most this often (a phase
+    change is written at once); `GET /v1/jobs` always has the current position."""
+    status_reason_interval_s: float = Field(default=2.0, ge=0)
+    """A job's new reason is written at once, but at most this often per job: a reason that
+    changes every cycle (numbers, an ETA) costs one write per job per interval, and the status
+    shows the stored reason, the one `GET /v1/jobs` shows, once it settles."""
     status_moves_per_step: int = Field(default=50, ge=1)
     """Of those queue moves, at most this many are written per step (the stalest first)."""
+    gauges_interval_s: float = Field(default=5.0, ge=0)
+    """The device and tenant gauges of /metrics are recomputed at most this often: summarizing
+    every device each step was a tenth of the controller's CPU, and a scrape comes every 15 s+."""
     leader_retry_s: float = Field(default=2.0, gt=0)
     """How often a follower tries to take leadership (bounds the takeover time)."""
     restart_backoff_s: float = Field(default=10.0, ge=0)
@@ -149,6 +168,7 @@ class ControllerSettings(BaseSettings):
             tiers=tuple(tier.to_core() for tier in self.tiers),
             managed_device_classes=self.managed_device_classes,
             topology_keys=self.topology_keys,
+            preemption_cost_factor=self.preemption_cost_factor,
         )
 
     def tier(self, name: str) -> TierConfig | None:

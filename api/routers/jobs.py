@@ -15,7 +15,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, status
 from gangq.api import auth, published, redaction, schemas
 from gangq.api.deps import PrincipalDep, SessionDep
 from gangq.api.routers import access
-from gangq.queue.store import jobs
+from gangq.queue.store import jobs, runs
 from gangq.queue.store.models import PHASES
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=schemas.AUTHENTICATED_ERRORS)
@@ -95,7 +95,8 @@ async def get_job(
     namespace: NameParam,
     name: NameParam,
 ) -> schemas.JobDetailOut:
-    """One job: position, pending reason, ETA, placement and its whole event history."""
+    """One job: position, pending reason, ETA, placement, predicted runtime, the work an
+    eviction would destroy now, and its whole event history."""
     # A job of another tenant is reported missing, so its existence does not leak; the
     # namespace's tenant is checked before anything is read, so neither does the time taken.
     missing = HTTPException(
@@ -107,6 +108,11 @@ async def get_job(
     detail = await jobs.get_job(session, f"{namespace}/{name}")
     if detail is None or not principal.can_read_tenant(detail.job.tenant):
         raise missing
+    now = time.time()
+    estimate = await runs.estimate(session, detail.job.key, placement=detail.placement, now=now)
     return schemas.JobDetailOut.of(
-        detail, now=time.time(), redact=_redact(request, principal, namespace=namespace)
+        detail,
+        now=now,
+        redact=_redact(request, principal, namespace=namespace),
+        estimate=estimate,
     )

@@ -34,6 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cycle-interval", type=float, default=0.1, help="controller cycle (s)")
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after (s)")
     parser.add_argument("--seed", type=int, default=1, help="random seed of the job mix")
+    parser.add_argument(
+        "--profile-controller",
+        metavar="PATH",
+        help="write the controller process's cProfile statistics here (read with pstats)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

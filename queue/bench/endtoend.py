@@ -1,6 +1,9 @@
 """One end-to-end run for `gangq bench e2e`: scratch database, served cluster, controller, load.
 
-Owns the order of the run and its deadline; it must not judge the figures against the targets.
+Owns the order of the run and its deadline: the emulator and the controller each run in their
+own process (so the controller's CPU figure is its own), the API server's write counters are
+read before the first job and after the last one ended, and a short saturation load measures
+the emulator's write throughput at the end. It must not judge the figures against the targets.
 """
 
 from __future__ import annotations
@@ -8,44 +11,51 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
+import json
+import signal
+import sys
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gangq.queue import config, controller
-from gangq.queue import metrics as gangq_metrics
-from gangq.queue.bench import releases, served_cluster, workload
+from gangq.queue.bench import controller_process, releases, saturation, served_cluster, workload
+from gangq.queue.bench import writes as api_writes
 from gangq.queue.core import model
 from gangq.queue.core.errors import GangqError
 from gangq.queue.demo import player, runner, stack, watcher
-from gangq.queue.kube import cache
 from gangq.queue.store import database, schema, tenants
 
 PROGRESS_SECONDS = 2.0
 STOP_SECONDS = 10.0
 READY_SECONDS = 0.1
 GPUS_PER_NODE = 8
+SATURATION_SECONDS = 3.0
+SETTLE_SECONDS = 0.5
+"""After the last job shows its end: the controller's last writes of that step land."""
+ENDED = ("Succeeded", "Failed")
 
 
 async def measure(
     args: argparse.Namespace, *, echo: Callable[[str], None]
 ) -> tuple[dict[str, Any], bool]:
-    """The figures, and whether every job was released before the deadline."""
+    """The figures, and whether every job was released and ended before the deadline."""
     jobs = workload.jobs(args.jobs, tenants=args.tenants, seed=args.seed)
     observed = releases.Releases()
     for job in jobs:
         observed.expect(job.key, replicas=job.size.replicas)
-    settings = config.load(cycle_interval_s=args.cycle_interval, tenants=())
+    ended: dict[str, str] = {}
     async with contextlib.AsyncExitStack() as exits:
         url = await exits.enter_async_context(stack.scratch_database())
         engine = database.create_engine(url)
         exits.push_async_callback(engine.dispose)
         await schema.upgrade(engine)
         await _set_tenants(engine, args.tenants, devices=args.nodes * GPUS_PER_NODE)
-        configuration = await exits.enter_async_context(
+        served = await exits.enter_async_context(
             served_cluster.served_cluster(
                 nodes=args.nodes,
                 racks=max(2, args.nodes // 16),
@@ -53,13 +63,29 @@ async def measure(
                 ready_seconds=READY_SECONDS,
             )
         )
-        api_client = await exits.enter_async_context(client.ApiClient(configuration))
+        api_client = await exits.enter_async_context(client.ApiClient(served.configuration))
         await _create_namespaces(api_client, args.tenants)
-        await _watch_pods(exits, api_client, observed)
-        await _start_controller(exits, settings, api_client, engine)
+        await _watch(exits, api_client, observed, ended)
+        cpu = await _start_controller(exits, args, served=served, url=url)
+        before = await api_writes.read(served.configuration)
         echo(f"cluster of {args.nodes} nodes ready; submitting {args.jobs} jobs")
-        finished = await _submit_and_wait(api_client, jobs, observed, args=args, echo=echo)
+        finished = await _submit_and_wait(api_client, jobs, observed, ended, args=args, echo=echo)
         figures = observed.figures(now=time.monotonic())
+        await asyncio.sleep(SETTLE_SECONDS)
+        after = await api_writes.read(served.configuration)
+        submitted = Counter({f"POST {player.PLURAL}": len(jobs)})
+        figures |= api_writes.per_job(before, after, jobs=len(jobs), submitted=submitted)
+        cpu_s = await cpu()
+        figures["controller_cpu_ms_per_job"] = round(cpu_s * 1000 / max(observed.done, 1), 2)
+        echo(f"saturating the emulator for {SATURATION_SECONDS:g}s")
+        cpu_before = saturation.cpu_seconds(served.pid)
+        load = await saturation.saturate(
+            served.configuration, namespace=workload.namespace(0), seconds=SATURATION_SECONDS
+        )
+        cpu_after = saturation.cpu_seconds(served.pid)
+        figures["emulator_writes_per_s"] = round(load.per_second)
+        if cpu_before is not None and cpu_after is not None and cpu_after > cpu_before:
+            figures["emulator_writes_per_cpu_s"] = round(load.writes / (cpu_after - cpu_before))
     return figures, finished
 
 
@@ -67,21 +93,23 @@ async def _submit_and_wait(
     api_client: client.ApiClient,
     jobs: list[workload.Job],
     observed: releases.Releases,
+    ended: dict[str, str],
     *,
     args: argparse.Namespace,
     echo: Callable[[str], None],
 ) -> bool:
+    """Submit, then wait until every job was released and shows its end (Succeeded/Failed)."""
     deadline = time.monotonic() + args.timeout
     submitting = asyncio.create_task(_submit(api_client, jobs, observed, args=args))
     try:
-        while observed.done < len(jobs):
+        while observed.done < len(jobs) or len(ended) < len(jobs):
             if submitting.done() and submitting.exception() is not None:
                 await submitting
             if time.monotonic() > deadline:
                 return False
             await asyncio.sleep(min(PROGRESS_SECONDS, max(deadline - time.monotonic(), 0)))
             created = sum(1 for record in observed.records.values() if record.created)
-            echo(f"submitted {created}/{len(jobs)}, released {observed.done}")
+            echo(f"submitted {created}/{len(jobs)}, released {observed.done}, ended {len(ended)}")
         return True
     finally:
         submitting.cancel()
@@ -141,48 +169,90 @@ async def _create_namespaces(api_client: client.ApiClient, count: int) -> None:
         await core.create_namespace(body)
 
 
-async def _watch_pods(
-    exits: contextlib.AsyncExitStack, api_client: client.ApiClient, observed: releases.Releases
+async def _watch(
+    exits: contextlib.AsyncExitStack,
+    api_client: client.ApiClient,
+    observed: releases.Releases,
+    ended: dict[str, str],
 ) -> None:
+    """Pods (their release) and TrainingJobs (their end), as any client would see them."""
+
     def listener(kind: str, kind_of_event: str, obj: dict[str, Any]) -> None:
-        observed.on_pod(obj, at=time.monotonic())
+        if kind == "pods":
+            observed.on_pod(obj, at=time.monotonic())
+            return
+        meta = obj.get("metadata") or {}
+        phase = (obj.get("status") or {}).get("phase")
+        if phase in ENDED:
+            ended[f"{meta.get('namespace')}/{meta.get('name')}"] = str(phase)
 
     core = client.CoreV1Api(api_client)
-    observer = watcher.Watcher("pods", core.list_pod_for_all_namespaces, listener)
-    task = asyncio.create_task(observer.run(), name="gangq-bench-watch-pods")
-    exits.push_async_callback(_cancel, task)
-    try:
-        await asyncio.wait_for(observer.synced.wait(), timeout=STOP_SECONDS)
-    except TimeoutError as error:
-        raise GangqError(f"could not list pods within {STOP_SECONDS:.0f}s") from error
+    custom = client.CustomObjectsApi(api_client)
+    sources = (
+        ("pods", core.list_pod_for_all_namespaces),
+        (
+            player.PLURAL,
+            functools.partial(
+                custom.list_cluster_custom_object, player.GROUP, player.VERSION, player.PLURAL
+            ),
+        ),
+    )
+    for kind, call in sources:
+        observer = watcher.Watcher(kind, call, listener)
+        task = asyncio.create_task(observer.run(), name=f"gangq-bench-watch-{kind}")
+        exits.push_async_callback(_cancel, task)
+        try:
+            await asyncio.wait_for(observer.synced.wait(), timeout=STOP_SECONDS)
+        except TimeoutError as error:
+            raise GangqError(f"could not list {kind} within {STOP_SECONDS:.0f}s") from error
 
 
 async def _start_controller(
     exits: contextlib.AsyncExitStack,
-    settings: config.ControllerSettings,
-    api_client: client.ApiClient,
-    engine: Any,
-) -> None:
-    stop = asyncio.Event()
-    task = asyncio.create_task(
-        controller.run_controller(
-            settings=settings,
-            api_client=api_client,
-            engine=engine,
-            stop=stop,
-            cluster=cache.ClusterCache(api_client, settings=settings),
-            metrics=gangq_metrics.create_metrics(),
-        ),
-        name="gangq-bench-controller",
+    args: argparse.Namespace,
+    *,
+    served: served_cluster.Served,
+    url: str,
+) -> Callable[[], Awaitable[float]]:
+    """Start the controller's process; the returned call stops it and gives its CPU seconds."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        controller_process.RUN,
+        f"--kubeconfig={served.kubeconfig}",
+        f"--database-url={url}",
+        f"--cycle-interval={args.cycle_interval:g}",
+        *([f"--profile={args.profile_controller}"] if args.profile_controller else []),
+        stdout=asyncio.subprocess.PIPE,
     )
+    assert process.stdout is not None
+    output = process.stdout
+
+    async def stop() -> float:
+        if process.returncode is None:
+            process.send_signal(signal.SIGINT)
+        try:
+            lines = await asyncio.wait_for(output.read(), timeout=STOP_SECONDS)
+            await asyncio.wait_for(process.wait(), timeout=STOP_SECONDS)
+        except TimeoutError as error:
+            process.kill()
+            await process.wait()
+            raise GangqError("the controller did not stop in time") from error
+        for line in reversed(lines.splitlines()):
+            if line.startswith(b"{"):
+                return float(json.loads(line)["cpu_s"])
+        raise GangqError("the controller's process did not report its CPU time")
 
     async def halt() -> None:
-        stop.set()
-        done, _ = await asyncio.wait({task}, timeout=STOP_SECONDS)
-        if not done:
-            await _cancel(task)
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
 
     exits.push_async_callback(halt)
+    line = await asyncio.wait_for(output.readline(), timeout=STOP_SECONDS * 3)
+    if not line.startswith(b"controller started"):
+        raise GangqError(f"the controller did not start: {line.decode(errors='replace')!r}")
+    return stop
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

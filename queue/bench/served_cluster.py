@@ -14,6 +14,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,20 @@ START_SECONDS = 60.0
 STOP_SECONDS = 10.0
 
 
+@dataclass(frozen=True, slots=True)
+class Served:
+    configuration: Any
+    """kubernetes-asyncio's client configuration for the cluster."""
+    kubeconfig: Path
+    """The same as a file, for clients in other processes (the controller's)."""
+    pid: int
+    """The emulator's process, whose CPU time the bench reads."""
+
+
 @contextlib.asynccontextmanager
 async def served_cluster(
     *, nodes: int, racks: int, crd: Path, ready_seconds: float
-) -> AsyncIterator[Any]:
+) -> AsyncIterator[Served]:
     """The client configuration of a cluster serving until the context ends."""
     with tempfile.TemporaryDirectory(prefix="gangq-bench-") as directory:
         kubeconfig = Path(directory) / "kubeconfig"
@@ -52,7 +63,7 @@ async def served_cluster(
             await config.load_kube_config(
                 config_file=str(kubeconfig), client_configuration=configuration
             )
-            yield configuration
+            yield Served(configuration, kubeconfig, process.pid)
         finally:
             await _stop(process)
 

@@ -136,6 +136,28 @@ def _eta(job: dict[str, Any]) -> str:
     return f"~{table.duration(job['etaSeconds'])} (reserved start {job['reservedStartAt']})"
 
 
+def _predicted(prediction: dict[str, Any]) -> str:
+    """The predicted runtime, and the predicted end of a job holding devices."""
+    if prediction.get("runtimeSeconds") is None:
+        return "-"
+    text = f"~{table.duration(prediction['runtimeSeconds'])}"
+    if prediction.get("endAt") is not None:
+        text += f" (ends ~{prediction['endAt']})"
+    return text
+
+
+def _lost_work(prediction: dict[str, Any]) -> str:
+    """The work an eviction now would destroy, in device-hours, and what bounds it."""
+    lost = prediction.get("lostWorkDeviceSeconds")
+    if lost is None:
+        return "-"
+    since = prediction.get("lastCheckpointAt") or "the start"
+    text = f"{lost / 3600:.1f} device-h if evicted now (since {since}"
+    if prediction.get("checkpointIntervalSeconds") is not None:
+        text += f", at most one {table.duration(prediction['checkpointIntervalSeconds'])} interval"
+    return text + ")"
+
+
 def show_jobs(args: argparse.Namespace) -> int:
     query = _query(
         tenant=args.tenant, tier=args.tier, phase=args.phase, limit=args.limit, offset=args.offset
@@ -174,14 +196,18 @@ def show_job(args: argparse.Namespace) -> int:
         return _print_json(detail)
     job = detail["job"]
     position = "" if job["queuePosition"] is None else f" (position {job['queuePosition']})"
+    ended = [e for e in detail["history"] if e["kind"] in ("succeeded", "failed")]
+    why = (job["reason"] or {}).get("message") or (ended[-1]["reason"] if ended else "-")
     facts = [
         ("Job", f"{job['namespace']}/{job['name']}"),
         ("Tenant", job["tenant"]),
         ("Tier", f"{job['tier']} (priority {job['priority']})"),
         ("Gang", f"{job['replicas']} x {job['devicesPerReplica']} {job['deviceClassName']}"),
         ("Phase", job["phase"] + position),
-        ("Reason", (job["reason"] or {}).get("message", "-")),
+        ("Reason", why),
         ("ETA", _eta(job)),
+        ("Predicted", _predicted(detail.get("prediction") or {})),
+        ("Lost work", _lost_work(detail.get("prediction") or {})),
         ("Submitted", job["submittedAt"]),
         ("Admitted", job["admittedAt"] or "-"),
         ("Started", job["startedAt"] or "-"),
@@ -197,6 +223,23 @@ def show_job(args: argparse.Namespace) -> int:
     print("\nHistory:")
     history = [(e["at"], e["kind"], e["actor"], e["reason"]) for e in detail["history"]]
     print(table.render(("time", "event", "by", "reason"), history))
+    failures = [
+        (
+            e["at"],
+            str(f.get("replica")),
+            f.get("node") or "-",
+            "-" if f.get("exitCode") is None else str(f["exitCode"]),
+            f.get("reason") or "-",
+            f.get("message") or "-",
+        )
+        for e in detail["history"]
+        for f in (e.get("details") or {}).get("replicas") or []
+    ]
+    if failures:
+        # Each failed attempt's replicas: where they ran and how they ended (pods of earlier
+        # attempts are gone, their story stays here).
+        print("\nFailed replicas:")
+        print(table.render(("time", "replica", "node", "exit", "reason", "message"), failures))
     return 0
 
 

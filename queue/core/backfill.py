@@ -1,5 +1,6 @@
 """EASY-style backfill reservations (rule 5): the first blocked job of each tier is given its
-earliest start, on concrete nodes, from the `maxRuntimeSeconds` ends of the gangs holding devices.
+earliest start, on concrete nodes, from the predicted ends of the gangs holding devices (EASY++:
+history instead of `maxRuntimeSeconds`, which stays the bound a gang never runs past).
 
 Owns that search and the `Hold` that keeps later-ordered jobs off what the reservation needs
 (unless they end before it starts). It never admits anything; the cycle asks it.
@@ -11,11 +12,13 @@ import heapq
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from gangq.queue.core import placement
+from gangq.queue.core import placement, prediction
 from gangq.queue.core.device import Device, DeviceId
 from gangq.queue.core.model import (
     BackfillReservation,
+    JobKey,
     NodeName,
     PodRequirements,
     RunningJob,
@@ -39,15 +42,46 @@ class Hold:
 
 
 def end_of(job: RunningJob, *, tiers: Mapping[str, Tier], now: float) -> float:
-    """When the gang's devices are free at the latest: now for evicted gangs, never (inf) for
-    long-running tiers and gangs without a runtime bound."""
+    """When the gang's devices are expected free: now for evicted gangs, never (inf) for
+    long-running tiers, else its predicted end (`expected_end`), else its runtime bound."""
     if job.is_evicting:
         return now
     tier = tiers.get(job.tier)
-    ends = job.ends_at
-    if ends is None or (tier is not None and tier.long_running):
+    if tier is not None and tier.long_running:
         return math.inf
-    return ends
+    expected = expected_end(job, now=now)
+    return math.inf if expected is None else expected
+
+
+def expected_end(job: RunningJob, *, now: float) -> float | None:
+    """The gang's predicted end, lengthened while the gang outlives it (rule 5), never past
+    its bound `ends_at`; None for a gang with neither a prediction nor a bound.
+
+    The lengthening steps from the prediction itself (`RuntimePredictor.outlived` at each
+    predicted end in turn), so it depends only on the snapshot and `now`: a reservation built
+    on an outlived gang moves in a few large steps, the same in every cycle between them."""
+    ends = job.ends_at
+    predicted_end = job.predicted_end_at
+    if predicted_end is None:
+        return ends
+    if ends is not None:
+        predicted_end = min(predicted_end, ends)
+    predicted_s = predicted_end - job.started_at
+    while job.started_at + predicted_s <= now and predicted_s > 0:
+        longer = prediction.RuntimePredictor.outlived(
+            predicted_s, elapsed_s=predicted_s, max_runtime_s=job.max_runtime_s
+        )
+        if longer <= predicted_s:
+            break
+        predicted_s = longer
+    return job.started_at + predicted_s
+
+
+def has_outlived(job: RunningJob, *, now: float) -> bool:
+    """The gang runs past its first prediction: plans built on it have moved later."""
+    return job.predicted_end_at is not None and job.predicted_end_at <= now < (
+        job.ends_at if job.ends_at is not None else math.inf
+    )
 
 
 class Releases:
@@ -158,16 +192,19 @@ def earliest_start(
     now: float,
     excluded: frozenset[DeviceId] = frozenset(),
     held_room: Mapping[NodeName, Room] | None = None,
-) -> tuple[float, placement.Choice] | None:
+) -> Start | None:
     """The earliest time the shape fits once gangs leave at their ends (`releases` in end
     order, read only as far as needed), and a placement then; None when it never fits."""
     timeline = _Timeline(shape, pool=pool, excluded=excluded, held_room=held_room)
     start: float | None = None
+    outlived: list[JobKey] = []
     for node in pool.view(shape.selector).nodes_with_at_least(shape.devices_per_replica):
         if timeline.check(node, at=now):
             start = now
     if start is None:
         for end, gang in releases:
+            if has_outlived(gang, now=now):
+                outlived.append(gang.key)
             fits = False
             for node, matching in pool.held_matching(shape.selector, gang):
                 timeline.release(node, matching, pod=gang.pod)
@@ -186,7 +223,18 @@ def earliest_start(
         has_room=lambda node: True,
         known=pool.inventory.nodes,
     )
-    return (start, choice) if isinstance(choice, list) else None
+    if not isinstance(choice, list):
+        return None
+    return Start(at=start, choice=choice, outlived=tuple(outlived))
+
+
+class Start(NamedTuple):
+    """An earliest start: when, where, and the gangs it waits on that outlived their
+    prediction (the reason a reservation moved later, rule 5)."""
+
+    at: float
+    choice: placement.Choice
+    outlived: tuple[JobKey, ...]
 
 
 def hold(

@@ -2,7 +2,8 @@
 
 It reads a `Snapshot`, decides admissions, preemptions and backfill reservations, and explains
 every job it leaves pending. Pure: no I/O, no clock; the same input gives the same output.
-Phases: (1) validate and order the queue (rule 4); (2) for each job check quota, then placement
+Phases: (1) set aside invalid jobs and jobs that can never fit (module `feasibility`), order
+the rest (rule 4); (2) for each job check quota, then placement
 (respecting backfill holds), then preemption, then a reservation for the first blocked job of
 its tier; (3) record an admission, a victim set or a pending reason; (4) number the pending.
 A borrowing job also leaves alone what tenants waiting within nominal are owed (module `owed`):
@@ -16,10 +17,9 @@ import bisect
 import heapq
 import math
 
-from gangq.queue.core import backfill, explain, ordering, placement, preemptor
+from gangq.queue.core import backfill, explain, feasibility, ordering, placement, preemptor
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.device import DeviceId
-from gangq.queue.core.errors import SelectorError
 from gangq.queue.core.model import (
     Admission,
     BackfillReservation,
@@ -43,6 +43,9 @@ def run_cycle(
     valid: list[PendingJob] = []
     invalid: list[tuple[PendingJob, explain.PendingReason]] = []
     checked: dict[tuple[object, ...], explain.PendingReason | None] = {}
+    never_fit = feasibility.NeverFit(
+        pool=state.pool, book=state.book, tiers=state.tiers, running=snapshot.running
+    )
     for job in snapshot.pending:
         positive = job.replicas > 0 and job.devices_per_replica > 0
         keyless = not job.topology.key
@@ -50,7 +53,11 @@ def run_cycle(
         try:
             problem = checked[kind]
         except KeyError:
-            problem = checked[kind] = _validate(job, state=state, matcher=matcher)
+            problem = checked[kind] = feasibility.invalid_reason(
+                job, policy=policy, inventory=snapshot.inventory, matcher=matcher
+            )
+        if problem is None:
+            problem = never_fit.judge(job)
         if problem is None:
             valid.append(job)
         else:
@@ -63,7 +70,11 @@ def run_cycle(
     for job, problem in sorted(invalid, key=lambda item: (item[0].submitted_at, item[0].uid)):
         state.order.append(job.key)
         state.pending[job.key] = problem
-    waiting = [key for key in state.order if key in state.pending]
+    waiting = [
+        key
+        for key in state.order
+        if key in state.pending and state.pending[key].code in explain.WAITING_CODES
+    ]
     return CycleResult(
         admissions=tuple(state.admissions),
         preemptions=tuple(state.preemptions),
@@ -72,33 +83,6 @@ def run_cycle(
         reservations=tuple(h.reservation for h in state.holds),
         order=tuple(state.order),
     )
-
-
-def _validate(
-    job: PendingJob, *, state: CycleState, matcher: DeviceMatcher
-) -> explain.PendingReason | None:
-    """Input a person must fix: the job cannot run however long it waits. The answer depends
-    only on tier, device class, selectors, topology mode, whether a topology key is set and
-    the counts being positive."""
-    if job.tier not in state.tiers:
-        known = ", ".join(state.tiers)
-        return explain.invalid(f"unknown tier {job.tier!r} (known: {known})")
-    if job.replicas < 1 or job.devices_per_replica < 1:
-        return explain.invalid("replicas and devicesPerReplica must be at least 1")
-    managed = state.policy.managed_device_classes
-    if managed and job.device_class not in managed:
-        return explain.invalid(f"device class {job.device_class!r} is not managed by gangq")
-    device_class = state.snapshot.inventory.device_classes.get(job.device_class)
-    if device_class is None:
-        return explain.invalid(f"device class {job.device_class!r} does not exist")
-    if job.topology.mode is not TopologyMode.NONE and not job.topology.key:
-        return explain.invalid(f"topology mode {job.topology.mode} needs a topology key")
-    try:
-        for expression in (*device_class.selectors, *job.selectors):
-            matcher.program(expression)
-    except SelectorError as error:
-        return explain.invalid(str(error))
-    return None
 
 
 def _expect_owed(valid: list[PendingJob], *, state: CycleState) -> None:
@@ -121,10 +105,15 @@ def _expect_owed(valid: list[PendingJob], *, state: CycleState) -> None:
 
 
 def _job_end(job: PendingJob, *, state: CycleState) -> float:
+    """When the job would end if admitted now: by its predicted runtime (rule 5), else by its
+    bound; never for long-running tiers and jobs with neither."""
     tier = state.tiers[job.tier]
-    if job.max_runtime_s is None or tier.long_running:
+    runtime = job.predicted_runtime_s if job.predicted_runtime_s is not None else job.max_runtime_s
+    if runtime is None or tier.long_running:
         return math.inf
-    return state.now + job.max_runtime_s
+    if job.max_runtime_s is not None:
+        runtime = min(runtime, job.max_runtime_s)
+    return state.now + runtime
 
 
 def _holds_for(job: PendingJob, *, state: CycleState) -> Mask:
@@ -178,21 +167,27 @@ def _decide(job: PendingJob, *, state: CycleState) -> None:
         return
     if mask and isinstance(_place(shape, (), fence, state=state), list):
         head = state.holds[mask[0]].reservation
-        reason = explain.backfill(head=head.job, start_in_s=head.start_at - state.now)
+        reason = explain.backfill(
+            head=head.job, start_in_s=head.start_at - state.now, outlived=head.outlived
+        )
         state.pending[job.key] = state.verdicts[verdict_key] = reason
         return
     if eager and preemptor.try_preempt(
         job, shape, state=state, may_reclaim=may_reclaim, excluded=excluded, held_room=held_room
     ):
         return
-    reason = _capacity_reason(job, outcome)
+    weighed = state.pending.get(job.key)
+    reason = weighed if weighed is not None else _capacity_reason(job, outcome)
     start = None
     if state.policy.backfill and job.tier not in state.reserved_tiers:
         start = _reserve(job, shape, state=state, excluded=excluded, held_room=held_room)
     if start is None:
-        state.verdicts[verdict_key] = reason
+        if weighed is None:
+            state.verdicts[verdict_key] = reason
     else:
-        reason = explain.with_reserved_start(reason, start_in_s=start - state.now)
+        reason = explain.with_reserved_start(
+            reason, start_in_s=start.start_at - state.now, outlived=start.outlived
+        )
     state.pending[job.key] = reason
 
 
@@ -293,6 +288,7 @@ def _admit(job: PendingJob, choice: placement.Choice, *, state: CycleState) -> N
         borrowed=borrowed,
         pod=job.pod,
         submitted_at=job.submitted_at,
+        predicted_end_at=end,
     )
     bisect.insort(state.admitted_releases, (end, gang), key=backfill.release_order)
 
@@ -319,7 +315,7 @@ def _reserve(
     state: CycleState,
     excluded: frozenset[DeviceId],
     held_room: dict[NodeName, backfill.Room],
-) -> float | None:
+) -> BackfillReservation | None:
     """Phase 2d: the first blocked job of a tier gets its earliest start on concrete nodes."""
     if shape in state.unreservable:
         return None
@@ -346,10 +342,13 @@ def _reserve(
     if found is None:
         state.unreservable.add(shape)
         return None
-    start, choice = found
     reservation = BackfillReservation(
-        job=job.key, tier=job.tier, start_at=start, nodes=tuple(node for node, _ in choice)
+        job=job.key,
+        tier=job.tier,
+        start_at=found.at,
+        nodes=tuple(node for node, _ in found.choice),
+        outlived=found.outlived,
     )
-    state.holds.append(backfill.hold(reservation, choice, pool=state.pool, shape=shape))
+    state.holds.append(backfill.hold(reservation, found.choice, pool=state.pool, shape=shape))
     state.reserved_tiers.add(job.tier)
-    return start
+    return reservation

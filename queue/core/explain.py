@@ -18,6 +18,16 @@ class ReasonCode(enum.StrEnum):
     BACKFILL = "backfill"
     PREEMPTION = "preemption"
     INVALID = "invalid"
+    """The spec must change: the job ended Failed and holds no place in the queue."""
+    UNSCHEDULABLE = "unschedulable"
+    """The cluster as configured can never run the job: it stays visible, out of line, and is
+    judged again every cycle (inventory, quotas or tiers may change)."""
+
+
+WAITING_CODES = frozenset(
+    {ReasonCode.QUOTA, ReasonCode.CAPACITY, ReasonCode.BACKFILL, ReasonCode.PREEMPTION}
+)
+"""Reasons of jobs that wait for something that will come free: only those hold a position."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +60,11 @@ def _short(name: str) -> str:
 
 def invalid(problem: str) -> PendingReason:
     return PendingReason(ReasonCode.INVALID, f"invalid: {problem}")
+
+
+def unschedulable(problem: str) -> PendingReason:
+    """`problem` says what would have to change for the job to ever run."""
+    return PendingReason(ReasonCode.UNSCHEDULABLE, f"unschedulable: {problem}")
 
 
 def tier_not_allowed(*, tenant: str, tier: str, allowed: tuple[str, ...]) -> PendingReason:
@@ -103,33 +118,86 @@ def capacity(
     return PendingReason(ReasonCode.CAPACITY, message)
 
 
-def with_reserved_start(reason: PendingReason, *, start_in_s: float) -> PendingReason:
+def _outlived_note(outlived: tuple[str, ...]) -> str:
+    """Why a reservation moved later (rule 5): the gangs it waits on ran past their prediction;
+    otherwise only a higher-ordered job can have moved it."""
+    if not outlived:
+        return ""
+    shown = ", ".join(outlived[:2]) + (
+        f" and {len(outlived) - 2} more" if len(outlived) > 2 else ""
+    )
+    verb = "outlived its prediction" if len(outlived) == 1 else "outlived their predictions"
+    return f" (later than planned: {shown} {verb})"
+
+
+def with_reserved_start(
+    reason: PendingReason, *, start_in_s: float, outlived: tuple[str, ...] = ()
+) -> PendingReason:
     """The head job of a tier keeps its capacity reason and learns when it will start."""
     return PendingReason(
-        reason.code, f"{reason.message}; reserved start in {approximately(start_in_s)}"
+        reason.code,
+        f"{reason.message}; reserved start in {approximately(start_in_s)}"
+        + _outlived_note(outlived),
     )
 
 
-def backfill(*, head: str, start_in_s: float) -> PendingReason:
+def backfill(*, head: str, start_in_s: float, outlived: tuple[str, ...] = ()) -> PendingReason:
     return PendingReason(
         ReasonCode.BACKFILL,
-        f"backfill: waiting behind {head}, reserved start in {approximately(start_in_s)}",
+        f"backfill: waiting behind {head}, reserved start in {approximately(start_in_s)}"
+        + _outlived_note(outlived),
     )
 
 
-def preemption(*, victims: tuple[str, ...]) -> PendingReason:
+def _device_hours(value: float) -> str:
+    return f"{value:.1f} device-h"
+
+
+def preemption(*, victims: tuple[str, ...], lost_device_h: float = 0.0) -> PendingReason:
     shown = ", ".join(victims[:3]) + (f" and {len(victims) - 3} more" if len(victims) > 3 else "")
+    lost = f", loses {_device_hours(lost_device_h)}" if lost_device_h > 0 else ""
     return PendingReason(
         ReasonCode.PREEMPTION,
-        f"preemption: waiting for {_plural(len(victims), 'gang')} to be evicted ({shown})",
+        f"preemption: waiting for {_plural(len(victims), 'gang')} to be evicted ({shown}){lost}",
     )
 
 
-def preempted_by(*, preemptor: str, preemptor_tier: str, victim_tier: str) -> str:
+def preemption_does_not_pay(
+    *, victims: tuple[str, ...], lost_device_h: float, wait_s: float | None
+) -> PendingReason:
+    """Evicting would destroy more device-time than the job's expected wait costs (rule 6)."""
+    shown = ", ".join(victims[:2]) + (f" and {len(victims) - 2} more" if len(victims) > 2 else "")
+    waiting = "no predicted start" if wait_s is None else f"start in {approximately(wait_s)}"
+    return PendingReason(
+        ReasonCode.PREEMPTION,
+        f"preemption: evicting {shown} loses {_device_hours(lost_device_h)}, more than "
+        f"waiting costs ({waiting} by prediction)",
+    )
+
+
+def reclaim_patience(*, free_in_s: float | None, evict_in_s: float) -> PendingReason:
+    """A reclaim of nominal quota waits, bounded, for borrowed devices to free by themselves."""
+    free = "not predicted" if free_in_s is None else f"in {approximately(free_in_s)}"
+    return PendingReason(
+        ReasonCode.PREEMPTION,
+        f"preemption: reclaim waits: borrowed devices free {free} by prediction; evicting "
+        f"borrowers after {approximately(evict_in_s)}",
+    )
+
+
+def preempted_by(
+    *, preemptor: str, preemptor_tier: str, victim_tier: str, lost_device_h: float
+) -> str:
     """The reason a victim is given when a higher tier needs its devices."""
-    return f"preempted by {preemptor} (tier {preemptor_tier} > {victim_tier})"
+    return (
+        f"preempted by {preemptor} (tier {preemptor_tier} > {victim_tier}), "
+        f"losing {_device_hours(lost_device_h)} since the last checkpoint"
+    )
 
 
-def reclaimed(*, victim_tenant: str, preemptor: str) -> str:
+def reclaimed(*, victim_tenant: str, preemptor: str, lost_device_h: float) -> str:
     """The reason a borrowing victim is given when another tenant takes its nominal back."""
-    return f"reclaim: tenant {victim_tenant} back under nominal for {preemptor}"
+    return (
+        f"reclaim: tenant {victim_tenant} back under nominal for {preemptor}, "
+        f"losing {_device_hours(lost_device_h)} since the last checkpoint"
+    )

@@ -69,10 +69,26 @@ def _term_holds(term: NodeSelectorTerm, labels: dict[str, str]) -> bool:
     )
 
 
+NODE_CONDITION_TAINT_PREFIX = "node.kubernetes.io/"
+"""Taints the node lifecycle controller sets and lifts by itself (not-ready, unreachable,
+unschedulable, pressure): a passing state, not the node's configuration."""
+
+
+def is_ever_accepted(node: Node, pod: PodRequirements) -> bool:
+    """True when the node's configuration (labels, taints an administrator set) admits the
+    pod, whatever its passing state (ready, cordoned, condition taints)."""
+    taints = tuple(t for t in node.taints if not t.key.startswith(NODE_CONDITION_TAINT_PREFIX))
+    return _is_configured_for(node, pod, taints=taints)
+
+
 def is_accepted(node: Node, pod: PodRequirements) -> bool:
     """True when the pod may be bound to the node as far as labels, taints and state go."""
     if not node.is_schedulable:
         return False
+    return _is_configured_for(node, pod, taints=node.taints)
+
+
+def _is_configured_for(node: Node, pod: PodRequirements, *, taints: tuple[Taint, ...]) -> bool:
     labels = dict(node.labels)
     if any(labels.get(key) != value for key, value in pod.node_selector):
         return False
@@ -80,4 +96,4 @@ def is_accepted(node: Node, pod: PodRequirements) -> bool:
         _term_holds(term, labels) for term in pod.required_node_affinity
     ):
         return False
-    return is_tolerated(node.taints, pod.tolerations)
+    return is_tolerated(taints, pod.tolerations)

@@ -49,12 +49,27 @@ class Tier:
     reclaim_within_s: float = 0.0
     """A job of this tier reclaiming its tenant's nominal quota first waits for borrowed devices
     predicted to come free within this long, and evicts borrowers only past it (rule 6)."""
+    always_preempts: bool = False
+    """Evicts lower tiers without weighing their lost work against its wait (serving
+    capacity must not queue); it still picks the cheapest victims."""
 
 
 DEFAULT_TIERS: tuple[Tier, ...] = (
-    Tier("prod-inference", 300, min_runtime_before_preemption_s=0.0, long_running=True),
-    Tier("training", 200, min_runtime_before_preemption_s=600.0),
-    Tier("small", 100, min_runtime_before_preemption_s=60.0, preemption_delay_s=300.0),
+    Tier(
+        "prod-inference",
+        300,
+        min_runtime_before_preemption_s=0.0,
+        long_running=True,
+        always_preempts=True,
+    ),
+    Tier("training", 200, min_runtime_before_preemption_s=600.0, reclaim_within_s=7200.0),
+    Tier(
+        "small",
+        100,
+        min_runtime_before_preemption_s=60.0,
+        preemption_delay_s=300.0,
+        reclaim_within_s=28_800.0,
+    ),
 )
 
 
@@ -292,6 +307,8 @@ class BackfillReservation:
     start_at: float
     """Unix seconds; an ETA is `start_at - now`."""
     nodes: tuple[NodeName, ...]
+    outlived: tuple[JobKey, ...] = ()
+    """Gangs the start waits on that outlived their prediction: why it moved later."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +332,9 @@ class Policy:
     """Topology label keys; placement keeps whole domains of the first one free for big gangs."""
     preemption: bool = True
     backfill: bool = True
+    preemption_cost_factor: float = 1.0
+    """Preemption pays (rule 6) when the victims' lost device-seconds are at most this times
+    the preemptor's devices x its expected wait without the eviction (docs/sim.md)."""
     preemption_search_steps: int = 3_000
     """Candidate gangs all victim searches of one cycle may examine; jobs whose search is cut
     short keep a capacity reason and are searched again in the next cycle."""

@@ -68,16 +68,16 @@ def in_queue_order(
 
 
 def victim_order_key(
-    job: RunningJob, *, ranks: Mapping[str, int]
-) -> tuple[int, bool, int, float, int, str]:
+    job: RunningJob, *, ranks: Mapping[str, int], now: float
+) -> tuple[int, bool, float, int, float, str]:
     """Rule 6, the gang to evict first, in this order: (1) lower tier; (2) borrowed use before
-    use within nominal; (3) lower priority; (4) most recently started; (5) fewest devices
-    disturbed; (6) uid."""
+    use within nominal; (3) least lost work (devices x time since its last checkpoint);
+    (4) lower priority; (5) most recently started; (6) uid."""
     return (
         ranks.get(job.tier, 0),
         job.borrowed == 0,
+        job.lost_work_device_s(now),
         job.priority,
         -job.started_at,
-        job.device_count,
         job.uid,
     )

@@ -102,6 +102,11 @@ class OwedDemand:
             now += self._owed_to(other, device_class, freed=count) - owed.get(other, 0)
         return now
 
+    def of(self, tenant: Tenant, device_class: str) -> int:
+        """Devices of the class the tenant is owed right now (its waiting within-nominal
+        demand, capped by its room below nominal)."""
+        return self._owed.get(device_class, {}).get(tenant, 0)
+
     def _owed_to(self, tenant: Tenant, device_class: str, *, freed: int = 0) -> int:
         """The tenant's demand (plus `freed` devices of its gangs that would queue again),
         capped by its room below nominal once those gangs are gone."""

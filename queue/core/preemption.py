@@ -1,15 +1,17 @@
 """Preemption (rule 6): which whole gangs to evict so a job gets a complete placement.
 
-Owns who may be a victim of whom (tier rank, minimum runtime, reclaim of nominal quota) and
-`select_victims`: remove candidates in victim order until the job fits, then give back every
-victim the placement does not need, newest first, so the set is minimal. Evicting is the
-actuator's job; nothing here has side effects.
+Owns who may be a victim of whom (tier rank, minimum runtime, reclaim of nominal quota), the
+cost of a victim set (`set_cost`: tier, use within nominal, lost work) and the two searches:
+`cheapest_on_node` enumerates the gangs of one node exactly (a one-replica preemptor), and
+`select_victims` removes candidates in victim order until the job fits, then gives back every
+victim the placement does not need, most expensive first, so the set is minimal. Evicting is
+the actuator's job; nothing here has side effects.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gangq.queue.core import explain, placement
@@ -67,16 +69,125 @@ def _by_reclaim(victim: RunningJob, rights: Rights) -> bool:
     return rights.may_reclaim and victim.borrowed > 0 and victim.tenant != rights.job.tenant
 
 
+def is_reclaim(
+    victim: RunningJob, *, rights: Rights, tiers: Mapping[str, Tier], now: float
+) -> bool:
+    """The victim may go only because the preemptor reclaims nominal quota (not by tier)."""
+    return not _by_tier(victim, rights=rights, tiers=tiers, now=now) and _by_reclaim(victim, rights)
+
+
 def victim_reason(
     victim: RunningJob, *, rights: Rights, tiers: Mapping[str, Tier], now: float
 ) -> str | None:
     """What the victim's owner is told, or None when `victim` may not be evicted."""
+    lost_h = victim.lost_work_device_s(now) / 3600.0
     if _by_tier(victim, rights=rights, tiers=tiers, now=now):
         return explain.preempted_by(
-            preemptor=rights.job.key, preemptor_tier=rights.tier, victim_tier=victim.tier
+            preemptor=rights.job.key,
+            preemptor_tier=rights.tier,
+            victim_tier=victim.tier,
+            lost_device_h=lost_h,
         )
     if _by_reclaim(victim, rights):
-        return explain.reclaimed(victim_tenant=victim.tenant, preemptor=rights.job.key)
+        return explain.reclaimed(
+            victim_tenant=victim.tenant, preemptor=rights.job.key, lost_device_h=lost_h
+        )
+    return None
+
+
+Cost = tuple[int, int, float, int]
+"""A victim set's cost (`set_cost`), compared as a tuple: lower is cheaper."""
+NO_COST: Cost = (0, 0, 0.0, 0)
+MAX_EXACT_GANGS = 8
+"""`cheapest_on_node` enumerates all subsets of at most this many of a node's gangs (the
+cheapest ones in victim order); a node holding more is rare (one gang per device at most)."""
+
+
+def gang_cost(gang: RunningJob, *, ranks: Mapping[str, int], now: float) -> Cost:
+    return (
+        ranks.get(gang.tier, 0),
+        gang.device_count - gang.borrowed,
+        gang.lost_work_device_s(now),
+        1,
+    )
+
+
+def set_cost(gangs: Iterable[RunningJob], *, ranks: Mapping[str, int], now: float) -> Cost:
+    """Rule 6 between victim sets, in this order: (1) the highest tier evicted; (2) devices
+    evicted from use within nominal (borrowed use goes first); (3) lost work in device-seconds;
+    (4) gangs evicted."""
+    return _combine(gang_cost(g, ranks=ranks, now=now) for g in gangs)
+
+
+def _combine(costs: Iterable[Cost]) -> Cost:
+    rank = nominal = count = 0
+    lost = 0.0
+    for cost in costs:
+        rank = max(rank, cost[0])
+        nominal += cost[1]
+        lost += cost[2]
+        count += cost[3]
+    return (rank, nominal, lost, count)
+
+
+def cheapest_on_node(
+    shape: placement.Shape,
+    *,
+    node: NodeName,
+    pool: Pool,
+    candidates: Sequence[RunningJob],
+    ranks: Mapping[str, int],
+    now: float,
+    coming_free: Iterable[RunningJob] = (),
+    excluded: frozenset[DeviceId] = frozenset(),
+    held_room: Mapping[NodeName, tuple[int, int, int]] | None = None,
+    budget: SearchBudget | None = None,
+) -> tuple[tuple[RunningJob, ...], placement.Choice, Cost] | None:
+    """One replica on `node`: the cheapest set (`set_cost`) of the node's candidate gangs
+    whose removal lets the replica fit, by exact enumeration. Sets are tried cheapest first
+    (a proper subset is always cheaper), so the first that fits is minimal. None if no set
+    fits or the budget ran out (then `budget.is_exhausted`)."""
+    budget = budget if budget is not None else SearchBudget(steps=1 << 62)
+    supply = Supply(shape, pool, excluded=excluded, held_room=held_room, scope=(node,))
+    for gang in coming_free:
+        supply.add(gang)
+    if supply.fits():
+        choice = supply.choose()
+        return ((), choice, NO_COST) if isinstance(choice, list) else None
+    gangs: list[RunningJob] = []
+    on_node: list[int] = []
+    for gang in candidates:
+        count = sum(
+            len(matching)
+            for held_node, matching in pool.held_matching(shape.selector, gang)
+            if held_node == node
+        )
+        if count and pool.is_accepted(node, shape.pod):
+            gangs.append(gang)
+            on_node.append(count)
+            if len(gangs) == MAX_EXACT_GANGS:
+                break
+    needed = shape.devices_per_replica - len(supply.available(node))
+    costs = [gang_cost(g, ranks=ranks, now=now) for g in gangs]
+    subsets: list[tuple[Cost, int]] = []
+    for mask in range(1, 1 << len(gangs)):
+        members = [i for i in range(len(gangs)) if mask >> i & 1]
+        if sum(on_node[i] for i in members) >= needed:
+            subsets.append((_combine(costs[i] for i in members), mask))
+    subsets.sort()
+    for cost, mask in subsets:
+        if budget.is_exhausted:
+            return None
+        budget.steps -= 1
+        chosen = [gangs[i] for i in range(len(gangs)) if mask >> i & 1]
+        for gang in chosen:
+            supply.add(gang)
+        if supply.fits():
+            choice = supply.choose()
+            if isinstance(choice, list):
+                return tuple(chosen), choice, cost
+        for gang in chosen:
+            supply.remove(gang)
     return None
 
 
@@ -129,8 +240,9 @@ def select_victims(
 
 
 def _give_back(chosen: list[RunningJob], *, supply: Supply) -> list[RunningJob]:
-    """Try each victim back, newest first, keeping only those the placement needs: no victim
-    of the result can be spared (fits only grows as gangs leave, so one pass suffices)."""
+    """Try each victim back, last in victim order (the most expensive) first, keeping only
+    those the placement needs: no victim of the result can be spared (fits only grows as
+    gangs leave, so one pass suffices)."""
     needed = [True] * len(chosen)
     for index in range(len(chosen) - 1, -1, -1):
         supply.remove(chosen[index])

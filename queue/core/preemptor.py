@@ -1,17 +1,19 @@
 """The preemption phase of the cycle: which gangs a blocked job may evict, and holding the
 place it will get once they are gone (rule 6).
 
-Victim choice itself is `preemption.select_victims`; this module feeds it candidates in an
-order that keeps searches short (by domain for Required topology, by node for one replica) and
-records the outcome in the cycle state. No I/O.
+Victim choice itself is in `preemption`; this module feeds it candidates in an order that keeps
+searches short (by domain for Required topology, by node for one replica), decides whether the
+eviction pays (`weigh`) and records the outcome in the cycle state. No I/O.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
+import math
 from collections.abc import Iterator
 
-from gangq.queue.core import explain, placement, preemption
+from gangq.queue.core import backfill, explain, placement, preemption
 from gangq.queue.core.device import DeviceId
 from gangq.queue.core.model import (
     NodeName,
@@ -34,9 +36,11 @@ def try_preempt(
     excluded: frozenset[DeviceId],
     held_room: dict[NodeName, Room],
 ) -> bool:
-    """Phase 2c: find victims; on success hold the job's place for the rest of the cycle.
-    True when the job's pending reason is recorded: victims held, or (for a borrower) found
-    victims that would not leave the devices owed to tenants within nominal."""
+    """Phase 2c: find the cheapest victims and evict them if that pays (`weigh`); on success
+    hold the job's place for the rest of the cycle. True when the job's pending reason is
+    recorded: victims held, or (for a borrower) found victims that would not leave the devices
+    owed to tenants within nominal. When eviction does not pay, the job's reason says so but
+    False is returned: the cycle still gives it a reservation."""
     tier = state.tiers[job.tier]
     rights = preemption.Rights(job=job, rank=tier.rank, tier=tier.name, may_reclaim=may_reclaim)
     memo_key = (shape, tier.rank, job.tenant if may_reclaim else "")
@@ -45,6 +49,56 @@ def try_preempt(
     if not state.is_possible(shape):
         state.unpreemptable.add(memo_key)
         return False
+    known = state.unpaid.get(memo_key)
+    if known is not None and not _is_due(job, state=state):
+        state.pending[job.key] = known
+        return False
+    found = _find(job, shape, rights=rights, state=state, excluded=excluded, held_room=held_room)
+    if found is None:
+        if not state.budget.is_exhausted:
+            state.unpreemptable.add(memo_key)
+        return False
+    victims, choice, evicting = found
+    unpaid = weigh(
+        job,
+        shape,
+        victims=victims,
+        rights=rights,
+        state=state,
+        excluded=excluded,
+        held_room=held_room,
+    )
+    if unpaid is not None:
+        state.pending[job.key] = unpaid
+        if not _is_due(job, state=state):
+            state.unpaid[memo_key] = unpaid
+        return False
+    awaited = _awaited(choice, evicting=evicting)
+    if not may_reclaim and _takes_owed(job, leaving=[*victims, *awaited], state=state):
+        return True
+    _hold_for_preemptor(job, choice, victims=victims, awaited=awaited, state=state)
+    tiers, now = state.tiers, state.now
+    reasons = (preemption.victim_reason(v, rights=rights, tiers=tiers, now=now) for v in victims)
+    state.preemptions.append(
+        Preemption(
+            job=job.key,
+            victims=tuple(Victim(v.key, r or "") for v, r in zip(victims, reasons, strict=True)),
+        )
+    )
+    return True
+
+
+def _find(
+    job: PendingJob,
+    shape: placement.Shape,
+    *,
+    rights: preemption.Rights,
+    state: CycleState,
+    excluded: frozenset[DeviceId],
+    held_room: dict[NodeName, Room],
+) -> tuple[tuple[RunningJob, ...], placement.Choice, list[RunningJob]] | None:
+    """The victims (cheapest for one replica, greedy by victim order for gangs), the place
+    they free, and the gangs already evicting that the search counted on."""
     claimed, tiers, now = state.claimed, state.tiers, state.now
 
     def eligible(gangs: list[RunningJob]) -> Iterator[RunningJob]:
@@ -55,41 +109,157 @@ def try_preempt(
                 yield gang
 
     evicting = [g for g in state.evicting(job.device_class) if g.key not in claimed]
-    found = None
-    plan = _search_plan(shape, state=state)
-    if evicting:
-        # gangs already leaving may be enough on their own: then nobody else is evicted
-        plan = itertools.chain([(shape, [], None)], plan)
-    for search_shape, gangs, scope in plan:
-        found = preemption.select_victims(
-            search_shape,
-            scope=scope,
+    if evicting or shape.replicas > 1:
+        plan = _search_plan(shape, state=state) if shape.replicas > 1 else iter(())
+        if evicting:
+            # gangs already leaving may be enough on their own: then nobody else is evicted
+            plan = itertools.chain([(shape, [], None)], plan)
+        for search_shape, gangs, scope in plan:
+            found = preemption.select_victims(
+                search_shape,
+                scope=scope,
+                pool=state.pool,
+                candidates=eligible(gangs),
+                coming_free=evicting,
+                excluded=excluded,
+                held_room=held_room,
+                budget=state.budget,
+            )
+            if found is not None:
+                return found[0], found[1], evicting
+            if state.budget.is_exhausted:
+                return None
+        if shape.replicas > 1:
+            return None
+    ranks = {name: t.rank for name, t in tiers.items()}
+    best: tuple[tuple[RunningJob, ...], placement.Choice, preemption.Cost] | None = None
+    compared = 0
+    for gangs, nodes in _victims_by_node(shape, state=state):
+        (node,) = nodes
+        if _is_spoiled(node, shape, state=state):
+            continue
+        found_here = preemption.cheapest_on_node(
+            shape,
+            node=node,
             pool=state.pool,
-            candidates=eligible(gangs),
+            candidates=list(eligible(gangs)),
+            ranks=ranks,
+            now=now,
             coming_free=evicting,
             excluded=excluded,
             held_room=held_room,
             budget=state.budget,
         )
-        if found is not None or state.budget.is_exhausted:
+        if state.budget.is_exhausted:
             break
-    if found is None:
-        if not state.budget.is_exhausted:
-            state.unpreemptable.add(memo_key)
-        return False
-    victims, choice = found
-    awaited = _awaited(choice, evicting=evicting)
-    if not may_reclaim and _takes_owed(job, leaving=[*victims, *awaited], state=state):
-        return True
-    _hold_for_preemptor(job, choice, victims=victims, awaited=awaited, state=state)
-    reasons = (preemption.victim_reason(v, rights=rights, tiers=tiers, now=now) for v in victims)
-    state.preemptions.append(
-        Preemption(
-            job=job.key,
-            victims=tuple(Victim(v.key, r or "") for v, r in zip(victims, reasons, strict=True)),
-        )
+        if found_here is None:
+            continue
+        if best is None or found_here[2] < best[2]:
+            best = found_here
+        compared += 1
+        if compared >= NODES_COMPARED:
+            break
+    if best is None:
+        return None
+    return best[0], best[1], evicting
+
+
+NODES_COMPARED = 8
+"""A one-replica preemptor compares the cheapest victim sets of up to this many nodes (the
+most promising first, `_victims_by_node`); on the reference cluster that is every node."""
+
+
+def _is_due(job: PendingJob, *, state: CycleState) -> bool:
+    """The job has waited out its tier's reclaim patience: a reclaim evicts now."""
+    tier = state.tiers[job.tier]
+    return state.now - job.submitted_at >= tier.reclaim_within_s
+
+
+def weigh(
+    job: PendingJob,
+    shape: placement.Shape,
+    *,
+    victims: tuple[RunningJob, ...],
+    rights: preemption.Rights,
+    state: CycleState,
+    excluded: frozenset[DeviceId],
+    held_room: dict[NodeName, Room],
+) -> explain.PendingReason | None:
+    """Rule 6, preempt only when it pays. None: evict; else the reason the job waits instead.
+
+    - No victims (only gangs already evicting) or a tier that always preempts (prod
+      inference): evict, the victims being the cheapest found.
+    - The job's expected wait without eviction is when its shape fits as running gangs end
+      by prediction (`backfill.earliest_start`), never if it never fits.
+    - A reclaim of nominal quota (some victim goes only because the job's tenant is under
+      nominal) waits while that predicted start comes before its patience runs out
+      (`Tier.reclaim_within_s` from submission), and evicts once it has waited that long.
+    - Otherwise eviction pays when the victims' lost work (device-seconds since their last
+      checkpoint) is at most `Policy.preemption_cost_factor` x the devices served x the
+      wait: the job's devices, or for a reclaim all its tenant is owed (the devices freed
+      serve the tenant's other waiting jobs within nominal too).
+    """
+    tier = state.tiers[job.tier]
+    if not victims or tier.always_preempts:
+        return None
+    now = state.now
+    lost = sum(v.lost_work_device_s(now) for v in victims)
+    start = _expected_start(shape, state=state, excluded=excluded, held_room=held_room)
+    wait = None if start is None else start - now
+    reclaim = any(
+        preemption.is_reclaim(v, rights=rights, tiers=state.tiers, now=now) for v in victims
     )
-    return True
+    if reclaim:
+        left = job.submitted_at + tier.reclaim_within_s - now
+        if left <= 0:
+            return None
+        if wait is not None and wait <= left:
+            return explain.reclaim_patience(free_in_s=wait, evict_in_s=left)
+    factor = state.policy.preemption_cost_factor
+    served = job.device_count
+    if reclaim:
+        served = max(served, state.owed.of(job.tenant, job.device_class))
+    pays = wait is None or math.isinf(factor) or lost <= factor * served * wait
+    if pays:
+        return None
+    if reclaim:
+        return explain.reclaim_patience(
+            free_in_s=wait, evict_in_s=job.submitted_at + tier.reclaim_within_s - now
+        )
+    return explain.preemption_does_not_pay(
+        victims=tuple(v.key for v in victims), lost_device_h=lost / 3600.0, wait_s=wait
+    )
+
+
+def _expected_start(
+    shape: placement.Shape,
+    *,
+    state: CycleState,
+    excluded: frozenset[DeviceId],
+    held_room: dict[NodeName, Room],
+) -> float | None:
+    """When the shape fits if nobody is evicted: running gangs leave at their predicted ends."""
+    cache_key = (shape, excluded)
+    if cache_key in state.expected_starts:
+        return state.expected_starts[cache_key]
+    releases = (
+        (end, gang)
+        for end, gang in heapq.merge(
+            state.running_releases(), state.admitted_releases, key=backfill.release_order
+        )
+        if gang.key not in state.claimed
+    )
+    found = backfill.earliest_start(
+        shape,
+        pool=state.pool,
+        releases=releases,
+        now=state.now,
+        excluded=excluded,
+        held_room=held_room,
+    )
+    start = None if found is None else found.at
+    state.expected_starts[cache_key] = start
+    return start
 
 
 def _search_plan(
@@ -108,11 +278,6 @@ def _search_plan(
                 yield in_domain, gangs, nodes
         if mode is TopologyMode.REQUIRED:
             return
-    if shape.replicas == 1:
-        for gangs, nodes in _victims_by_node(shape, state=state):
-            if not any(_is_spoiled(node, shape, state=state) for node in nodes):
-                yield shape, gangs, nodes
-        return
     yield shape, state.victims_in_order(shape.selector[0]), None
 
 
@@ -231,5 +396,6 @@ def _hold_for_preemptor(
     state.book.charge(job.tenant, job.device_class, job.device_count)
     state.owed.settle(job)
     state.pending[job.key] = explain.preemption(
-        victims=tuple(v.key for v in victims) or tuple(g.key for g in awaited)
+        victims=tuple(v.key for v in victims) or tuple(g.key for g in awaited),
+        lost_device_h=sum(v.lost_work_device_s(state.now) for v in victims) / 3600.0,
     )

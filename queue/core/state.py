@@ -80,6 +80,14 @@ class CycleState:
     )
     _running_releases: backfill.Releases | None = None
     unpreemptable: set[tuple[placement.Shape, int, str]] = field(default_factory=set)
+    unpaid: dict[tuple[placement.Shape, int, str], explain.PendingReason] = field(
+        default_factory=dict
+    )
+    """Victim searches whose eviction did not pay (rule 6), by the `unpreemptable` key."""
+    expected_starts: dict[tuple[placement.Shape, frozenset[DeviceId]], float | None] = field(
+        default_factory=dict
+    )
+    """When a shape fits without evictions, by shape and excluded devices (the pays test)."""
     unreservable: set[placement.Shape] = field(default_factory=set)
     _victims_by_class: dict[str, list[RunningJob]] | None = None
     _evicting: dict[str, list[RunningJob]] | None = None
@@ -138,7 +146,8 @@ class CycleState:
             ranks = {name: tier.rank for name, tier in self.tiers.items()}
             self._victims_by_class = {}
             for gang in sorted(
-                self.snapshot.running, key=lambda job: ordering.victim_order_key(job, ranks=ranks)
+                self.snapshot.running,
+                key=lambda job: ordering.victim_order_key(job, ranks=ranks, now=self.now),
             ):
                 if not gang.is_evicting:
                     self._victims_by_class.setdefault(gang.device_class, []).append(gang)

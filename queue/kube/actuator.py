@@ -1,16 +1,17 @@
 """Turns a gang's committed reservation into cluster objects, and takes them away again.
 
-Owns the idempotent writes: the headless Service, claims (then their allocation, written by
-gangq with the exact reserved devices), gated pods, the one-step concurrent gate release, the
-in-place restart of a long-running replica and the ordered teardown (pods first, claims only
-when no pod of the gang is left, so devices are never pulled from under a running pod).
+Owns the idempotent writes: the headless Service (gangs of more than one replica), claims
+(then their allocation, written by gangq with the exact reserved devices), gated pods, the
+one-step release, the in-place restart of a long-running replica and the ordered teardown
+(pods that still run first; the claims, in one request, only when no pod of the gang runs, so
+devices are never pulled from under a running pod; terminated pods are kept for their logs).
 Every write tolerates having been done before: 409 AlreadyExists and 404 NotFound mean done.
+Each write costs the API server: a successful one-replica job takes 4 object writes here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -37,15 +38,21 @@ async def _tolerant(
         if error.status == 409:  # a stale copy: the next step re-reads and writes again
             retry.note_expected(error, what=what)
             return False
-        logger.warning("%s refused: %s", what, error)
+        # a pausing object was refused before and said so then
+        level = logging.DEBUG if isinstance(error, retry.BackingOff) else logging.WARNING
+        logger.log(level, "%s refused: %s", what, error)
         return False
     return True
 
 
-async def _create(kube: Kube, resource: Resource, body: dict[str, Any]) -> bool:
+async def _create(
+    kube: Kube, resource: Resource, body: dict[str, Any], *, urgent: bool = False
+) -> bool:
     namespace = body["metadata"]["namespace"]
     what = f"create {resource.kind} {namespace}/{body['metadata']['name']}"
-    return await _tolerant(lambda: kube.create(resource, namespace, body), what=what, ok=(409,))
+    return await _tolerant(
+        lambda: kube.create(resource, namespace, body, urgent=urgent), what=what, ok=(409,)
+    )
 
 
 async def _delete(kube: Kube, resource: Resource, obj: Mapping[str, Any]) -> bool:
@@ -77,8 +84,11 @@ class Actuator:
         now: float,
     ) -> float | None:
         """Create what is missing, replicas concurrently, each in order claim -> allocation ->
-        gated pod; when every replica got through, lift all gates at once (rule 2).
+        gated pod; when every replica got through, release them all at once (rule 2).
 
+        The last replica's pod is created without a gate once every other replica is complete,
+        and the other gates are lifted as soon as it exists: one write per gang fewer, and
+        still nothing runs before every claim is allocated and every other pod exists.
         One pass suffices: the API server's answers, not the watch caches, say that a claim
         is allocated and a pod exists, so a gang goes from reserved to released in one step.
         A refused write leaves the replica incomplete, and the next step picks up from what
@@ -86,17 +96,55 @@ class Actuator:
         """
         job = gang.job
         assert job is not None
-        await _create(self.kube, resources.SERVICES, objects.service(job))
+        if gang.stale_pods:
+            # An earlier attempt's kept pods make way: the new ones take their names.
+            await asyncio.gather(
+                *(
+                    _delete(self.kube, resources.PODS, pod)
+                    for pod in gang.stale_pods.values()
+                    if not (pod.get("metadata") or {}).get("deletionTimestamp")
+                )
+            )
+            return None
+        if objects.needs_service(spec) and not gang.pods:
+            await _create(self.kube, resources.SERVICES, objects.service(job))
+        # A gang of one pod is released by creating that pod ungated: no gate to lift, nothing
+        # to be skewed against. A larger gang's pods all wait gated, so its release is one round
+        # of concurrent gate lifts, and a refused create can never leave part of it running.
+        single = gang.placement[0].replica if len(gang.placement) == 1 else None
         gated = await asyncio.gather(
             *(
-                self._replica(gang, placement, spec=spec, inventory=inventory, now=now)
+                self._replica(
+                    gang,
+                    placement,
+                    spec=spec,
+                    inventory=inventory,
+                    now=now,
+                    with_pod=placement.replica != single or single in gang.pods,
+                )
                 for placement in gang.placement
             )
         )
         if any(names is None for names in gated):
             logger.debug("gang %s: not every replica is ready to release", gang.key)
             return None
-        return await self._release([name for names in gated if names for name in names])
+        waiting = [name for names in gated if names for name in names]
+        if not waiting and (single is None or single in gang.pods):
+            return None
+        started = time.monotonic()
+        if single is not None and single not in gang.pods:
+            body = objects.pod(
+                job,
+                single,
+                spec=spec,
+                node=gang.placement[0].node,
+                gated=False,
+                gang=gang.uid,
+                admission=gang.admitted_at,
+            )
+            if not await _create(self.kube, resources.PODS, body, urgent=True):
+                return None
+        return await self._release(waiting, started=started)
 
     async def _replica(
         self,
@@ -106,8 +154,10 @@ class Actuator:
         spec: Mapping[str, Any],
         inventory: model.Inventory,
         now: float,
+        with_pod: bool,
     ) -> list[tuple[str, str]] | None:
-        """One replica's claim, allocation and pod; the pods still gated, None when refused."""
+        """One replica's claim, allocation and (`with_pod`) pod; the pods still gated, None
+        when refused."""
         job = gang.job
         assert job is not None
         claim = gang.claims.get(placement.replica)
@@ -123,10 +173,18 @@ class Actuator:
         unallocated = claim is None or objects.allocated_devices(claim) is None
         if unallocated and not await self._allocate(job, placement, now=now):
             return None
+        if not with_pod:
+            return []
         pod = gang.pods.get(placement.replica)
         if pod is None:
             body = objects.pod(
-                job, placement.replica, spec=spec, node=placement.node, gated=True, gang=gang.uid
+                job,
+                placement.replica,
+                spec=spec,
+                node=placement.node,
+                gated=True,
+                gang=gang.uid,
+                admission=gang.admitted_at,
             )
             if not await _create(self.kube, resources.PODS, body):
                 return None
@@ -151,17 +209,16 @@ class Actuator:
             ok=(409,),
         )
 
-    async def _release(self, gated: list[tuple[str, str]]) -> float | None:
-        """Lift every remaining gate concurrently; the skew is first to last acknowledged."""
-        if not gated:
-            return None
+    async def _release(self, gated: list[tuple[str, str]], *, started: float) -> float:
+        """Lift every remaining gate concurrently; the skew runs from `started` (the release's
+        first request) to the last gate acknowledged."""
         remove = [{"op": "remove", "path": "/spec/schedulingGates"}]
         acknowledged: list[float] = []
 
         async def lift(namespace: str, name: str) -> None:
             done = await _tolerant(
                 lambda: self.kube.patch(
-                    resources.PODS, namespace, name, remove, content_type=JSON_PATCH
+                    resources.PODS, namespace, name, remove, content_type=JSON_PATCH, urgent=True
                 ),
                 what=f"release pod {namespace}/{name}",
                 ok=(404,),
@@ -170,9 +227,9 @@ class Actuator:
                 acknowledged.append(time.monotonic())
 
         await asyncio.gather(*(lift(namespace, name) for namespace, name in gated))
-        if len(acknowledged) < 2:
+        if not acknowledged:
             return 0.0
-        return max(acknowledged) - min(acknowledged)
+        return max(acknowledged) - started
 
     async def restart_in_place(
         self, gang: lifecycle.Gang, replicas: tuple[int, ...], *, spec: Mapping[str, Any]
@@ -189,102 +246,82 @@ class Actuator:
                     await _delete(self.kube, resources.PODS, pod)
                 continue
             body = objects.pod(
-                job, replica, spec=spec, node=by_replica[replica].node, gated=False, gang=gang.uid
+                job,
+                replica,
+                spec=spec,
+                node=by_replica[replica].node,
+                gated=False,
+                gang=gang.uid,
+                admission=gang.admitted_at,
             )
             await _create(self.kube, resources.PODS, body)
-
-    async def record_ending(self, gang: lifecycle.Gang, verdict: lifecycle.Verdict) -> bool:
-        """Write how this admission ends before tearing down, so a restart finishes the same way."""
-        job = gang.job
-        if job is None or verdict.ending is None or lifecycle.recorded_ending(gang) is not None:
-            return True
-        if (job.get("metadata") or {}).get("uid") != gang.job_uid:
-            return True
-        value = json.dumps(
-            {
-                "admittedAt": gang.admitted_at,
-                "ending": verdict.ending.value,
-                "reason": verdict.reason,
-                "failure": verdict.failure,
-            }
-        )
-        meta = job["metadata"]
-        # The resourceVersion makes a stale copy fail (409): an ending is written once, from
-        # the newest TrainingJob, and never replaced by a later guess.
-        patch = {
-            "metadata": {
-                "annotations": {lifecycle.ending_annotation(gang): value},
-                "resourceVersion": meta.get("resourceVersion"),
-            }
-        }
-        return await _tolerant(
-            lambda: self.kube.patch(
-                resources.TRAINING_JOBS, meta["namespace"], meta["name"], patch
-            ),
-            what=f"record ending of {gang.key}",
-            ok=(404,),
-        )
 
     async def teardown(
         self,
         *,
         namespace: str,
+        gang: str | None,
         pods: Sequence[Mapping[str, Any]],
         claims: Sequence[Mapping[str, Any]],
-        services: Sequence[Mapping[str, Any]],
     ) -> bool:
-        """One pass of the ordered teardown; True once nothing of the gang is left."""
-        if pods:
+        """One pass of the ordered teardown; True once no pod runs and no claim is left.
+
+        Pods that still run are deleted; terminated ones stay (their logs, rule 11). The
+        claims then go in one request by the gang's label (`gang`), or one by one."""
+        running = [p for p in pods if not lifecycle.is_terminated(p)]
+        if running:
             await asyncio.gather(
                 *(
                     _delete(self.kube, resources.PODS, pod)
-                    for pod in pods
+                    for pod in running
                     if not (pod.get("metadata") or {}).get("deletionTimestamp")
                 )
             )
             return False
-        for service in services:
-            await _delete(self.kube, resources.SERVICES, service)
-        for claim in claims:
-            await self._delete_claim(claim)
-        return not claims and not services
-
-    async def _delete_claim(self, claim: Mapping[str, Any]) -> None:
-        meta = claim.get("metadata") or {}
-        name = str(meta.get("name"))
-        finalizers = meta.get("finalizers") or []
-        if objects.CLAIM_FINALIZER in finalizers:
-            kept = [f for f in finalizers if f != objects.CLAIM_FINALIZER]
-            patch = {
-                "metadata": {
-                    "finalizers": kept or None,
-                    "resourceVersion": meta.get("resourceVersion"),
-                }
-            }
-            done = await _tolerant(
-                lambda: self.kube.patch(
-                    resources.RESOURCE_CLAIMS, str(meta.get("namespace")), name, patch
+        standing = [c for c in claims if not (c.get("metadata") or {}).get("deletionTimestamp")]
+        if standing and gang is not None and namespace:
+            selector = f"{objects.GANG_LABEL}={gang}"
+            await _tolerant(
+                lambda: self.kube.delete_collection(
+                    resources.RESOURCE_CLAIMS, namespace, label_selector=selector
                 ),
-                what=f"unprotect claim {name}",
+                what=f"delete claims of gang {gang} in {namespace}",
                 ok=(404,),
             )
-            if not done:
-                return
-        if not meta.get("deletionTimestamp"):
-            await _delete(self.kube, resources.RESOURCE_CLAIMS, claim)
+        elif standing:
+            await asyncio.gather(
+                *(_delete(self.kube, resources.RESOURCE_CLAIMS, c) for c in standing)
+            )
+        for claim in claims:
+            if objects.CLAIM_FINALIZER in ((claim.get("metadata") or {}).get("finalizers") or []):
+                await self._unprotect(claim)
+        return not claims
 
-    async def set_job_finalizer(self, job: Mapping[str, Any], *, present: bool) -> bool:
-        """Add or remove gangq's finalizer on a TrainingJob (a stale copy gets a 409, retried
-        on the next step from a fresher cache)."""
+    async def _unprotect(self, claim: Mapping[str, Any]) -> None:
+        """Drop the finalizer an earlier gangq put on its claims."""
+        meta = claim.get("metadata") or {}
+        name = str(meta.get("name"))
+        kept = [f for f in meta.get("finalizers") or [] if f != objects.CLAIM_FINALIZER]
+        patch = {
+            "metadata": {"finalizers": kept or None, "resourceVersion": meta.get("resourceVersion")}
+        }
+        await _tolerant(
+            lambda: self.kube.patch(
+                resources.RESOURCE_CLAIMS, str(meta.get("namespace")), name, patch
+            ),
+            what=f"unprotect claim {name}",
+            ok=(404,),
+        )
+
+    async def drop_job_finalizer(self, job: Mapping[str, Any]) -> bool:
+        """Remove the finalizer an earlier gangq put on TrainingJobs (owner references and the
+        garbage collector clean up what a job owns; a stale copy gets a 409, retried on the
+        next step from a fresher cache)."""
         meta = job.get("metadata") or {}
         finalizers = list(meta.get("finalizers") or [])
-        if (trainingjob.FINALIZER in finalizers) == present:
+        if trainingjob.FINALIZER not in finalizers:
             return True
-        kept = (
-            [*finalizers, trainingjob.FINALIZER]
-            if present
-            else [f for f in finalizers if f != trainingjob.FINALIZER]
-        )
+        kept = [f for f in finalizers if f != trainingjob.FINALIZER]
         patch = {
             "metadata": {"finalizers": kept or None, "resourceVersion": meta.get("resourceVersion")}
         }
@@ -292,7 +329,7 @@ class Actuator:
             lambda: self.kube.patch(
                 resources.TRAINING_JOBS, str(meta.get("namespace")), str(meta.get("name")), patch
             ),
-            what=f"{'add' if present else 'remove'} finalizer of {trainingjob.key_of(dict(job))}",
+            what=f"remove finalizer of {trainingjob.key_of(dict(job))}",
             ok=(404,),
         )
 

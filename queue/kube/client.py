@@ -3,23 +3,38 @@
 Owns requests and watch streams as plain dicts (the shapes the core's builders read), the
 mapping of failure responses to `KubeError` and the patch content types. It must not retry
 (that is `retry.py`) or know what the objects mean.
+
+Requests go out through an aiohttp session of its own that shares the `ApiClient`'s
+connection pool and TLS settings, but reads no environment per request (kubernetes-asyncio's
+session has `trust_env`, which re-reads ~/.netrc in a thread for every request): the proxy
+from the environment is looked up once, and the typed models and parameter sanitizing of
+`call_api` are skipped, since every body here is plain JSON already.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
+from aiohttp import helpers
 from kubernetes_asyncio import client
+from yarl import URL
 
 from gangq.queue.core.errors import GangqError
 from gangq.queue.kube.resources import Resource
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-_AUTH = ["BearerToken"]
+USER_AGENT = "gangq"
+REQUESTS_IN_FLIGHT = 16
+"""Requests sent at once (watches and urgent ones aside): a burst waits here rather than in
+the API server's queue, so an urgent request (a gang's release) meets a short queue there."""
+READ_BUFFER = 2**21
+"""Watch events of large objects can exceed aiohttp's default read buffer."""
 
 
 class KubeError(GangqError):
@@ -63,6 +78,41 @@ class Kube:
 
     def __init__(self, api_client: client.ApiClient) -> None:
         self.api_client = api_client
+        self.configuration = api_client.configuration
+        self.host = str(self.configuration.host).rstrip("/")
+        self._session: aiohttp.ClientSession | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._proxy: str | None = self.configuration.proxy
+        if self._proxy is None:
+            try:
+                found, _ = helpers.get_env_proxy_for_url(URL(self.host))
+                self._proxy = str(found)
+            except LookupError:
+                self._proxy = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            pool = self.api_client.rest_client.pool_manager
+            self._session = aiohttp.ClientSession(
+                connector=pool.connector,
+                connector_owner=False,
+                trust_env=False,
+                read_bufsize=READ_BUFFER,
+            )
+        return self._session
+
+    async def close(self) -> None:
+        """Close the session (the connection pool stays the `ApiClient`'s to close)."""
+        if self._session is not None:
+            await self._session.close()
+
+    async def _headers(self, content_type: str) -> dict[str, str]:
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        headers["User-Agent"] = USER_AGENT
+        for setting in (await self.configuration.auth_settings()).values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[setting["key"]] = setting["value"]
+        return headers
 
     async def _send(
         self,
@@ -74,22 +124,22 @@ class Kube:
         content_type: str = "application/json",
         timeout_s: float | None = 30.0,
     ) -> aiohttp.ClientResponse:
+        url = self.host + path + (f"?{urlencode(query)}" if query else "")
+        data = None if body is None else json.dumps(body, separators=(",", ":"))
         try:
-            response: aiohttp.ClientResponse = await self.api_client.call_api(
-                path,
+            return await self._client().request(
                 method,
-                query_params=list((query or {}).items()),
-                header_params={"Content-Type": content_type, "Accept": "application/json"},
-                body=body,
-                auth_settings=_AUTH,
-                _preload_content=False,
-                _request_timeout=timeout_s,
+                url,
+                data=data,
+                headers=await self._headers(content_type),
+                proxy=self._proxy,
+                server_hostname=self.configuration.tls_server_name,
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
             raise KubeError(
                 0, f"{method} {path}: {error or type(error).__name__}", resource=resource_of(path)
             ) from error
-        return response
 
     async def request(
         self,
@@ -99,18 +149,36 @@ class Kube:
         body: Any = None,
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
+        urgent: bool = False,
+    ) -> dict[str, Any]:
+        """One request; `urgent` ones skip the in-flight limit (see REQUESTS_IN_FLIGHT)."""
+        if urgent:
+            return await self._exchange(method, path, body, query, content_type)
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(REQUESTS_IN_FLIGHT)
+        async with self._slots:
+            return await self._exchange(method, path, body, query, content_type)
+
+    async def _exchange(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        query: Mapping[str, str] | None,
+        content_type: str,
     ) -> dict[str, Any]:
         response = await self._send(method, path, body=body, query=query, content_type=content_type)
         try:
-            text = await response.text()
+            raw = await response.read()
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
             raise KubeError(
                 0, f"{method} {path}: {error or type(error).__name__}", resource=resource_of(path)
             ) from error
         finally:
             response.release()
+        text = raw.decode("utf-8", errors="replace")
         try:
-            parsed = json.loads(text) if text else {}
+            parsed = json.loads(raw) if raw else {}
         except json.JSONDecodeError:
             parsed = {"message": text.strip()}
         if not 200 <= response.status <= 299:
@@ -132,9 +200,9 @@ class Kube:
         return await self.request("GET", resource.path(), query=query)
 
     async def create(
-        self, resource: Resource, namespace: str, body: Mapping[str, Any]
+        self, resource: Resource, namespace: str, body: Mapping[str, Any], *, urgent: bool = False
     ) -> dict[str, Any]:
-        return await self.request("POST", resource.path(namespace), body=dict(body))
+        return await self.request("POST", resource.path(namespace), body=dict(body), urgent=urgent)
 
     async def patch(
         self,
@@ -145,15 +213,25 @@ class Kube:
         *,
         subresource: str = "",
         content_type: str = MERGE_PATCH,
+        urgent: bool = False,
     ) -> dict[str, Any]:
         path = resource.path(namespace, name, subresource=subresource)
-        return await self.request("PATCH", path, body=body, content_type=content_type)
+        return await self.request(
+            "PATCH", path, body=body, content_type=content_type, urgent=urgent
+        )
 
     async def delete(
         self, resource: Resource, namespace: str, name: str, *, grace_s: int | None = None
     ) -> dict[str, Any]:
         query = {} if grace_s is None else {"gracePeriodSeconds": str(grace_s)}
         return await self.request("DELETE", resource.path(namespace, name), query=query)
+
+    async def delete_collection(
+        self, resource: Resource, namespace: str, *, label_selector: str
+    ) -> dict[str, Any]:
+        """One request for every object of the namespace the selector matches."""
+        query = {"labelSelector": label_selector}
+        return await self.request("DELETE", resource.path(namespace), query=query)
 
     async def watch(
         self, resource: Resource, *, resource_version: str, timeout_s: int

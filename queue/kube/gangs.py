@@ -23,12 +23,27 @@ from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
 from gangq.queue.core import model
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.kube import cache, lifecycle, objects, resources, scale, trainingjob
+from gangq.queue.kube import (
+    cache,
+    history,
+    lifecycle,
+    objects,
+    resources,
+    retry,
+    scale,
+    status,
+    trainingjob,
+)
 from gangq.queue.kube.actuator import Actuator
 from gangq.queue.kube.client import KubeError
-from gangq.queue.store import jobs, leader, reservations, snapshot, timestamps
+from gangq.queue.store import jobs, leader, refusals, reservations, snapshot, timestamps
+from gangq.queue.store.runs import Run
 
 logger = logging.getLogger(__name__)
+EVENTFUL = (lifecycle.Ending.FAILED, lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED)
+"""Endings that get a Kubernetes Event (Warning): the ones a person has to look into."""
+REFUSED = "invalid: "
+"""Start of the reason of a gang whose objects the API server refused for good."""
 DRIVES_IN_FLIGHT = 32
 """Gangs driven at once: a burst of admissions must not queue hundreds of requests on the
 API server, where the last would time out and be retried, adding to the load."""
@@ -41,6 +56,15 @@ class Held:
     row: snapshot.JobColumns
     placement: tuple[model.ReplicaPlacement, ...]
     gang: lifecycle.Gang
+
+
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    """A gang whose teardown is complete, waiting for the step's store transaction."""
+
+    held: Held
+    verdict: lifecycle.Verdict
+    context: lifecycle.Context
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +94,12 @@ def _by_replica(objs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return found
 
 
+def _is_of(pod: dict[str, Any], admission: str) -> bool:
+    """A pod belongs to this attempt (pods of an earlier gangq carry no attempt: theirs)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return bool(annotations.get(objects.ADMISSION, admission) == admission)
+
+
 class Gangs:
     """The gang side of a leader step; its memory is only a cache of what the cluster shows."""
 
@@ -83,6 +113,7 @@ class Gangs:
         clock: Callable[[], float],
         metrics: gangq_metrics.Metrics,
         actuator: Actuator,
+        history: history.History,
     ) -> None:
         self.view = view
         self.settings = settings
@@ -91,6 +122,7 @@ class Gangs:
         self.clock = clock
         self.metrics = metrics
         self.actuator = actuator
+        self.history = history
         self.skews_ms: dict[str, int] = {}
         """Release skew per gang uid, shown in the job's status."""
         self.deadlines: dict[str, float] = {}
@@ -100,6 +132,8 @@ class Gangs:
         """Scale-up gangs above the job's current replicas: torn down this step."""
         self.shrinking: dict[str, int] = {}
         """Gang uid -> replicas it keeps: the others are torn down, then released."""
+        self._started: list[Held] = []
+        self._ended: list[_Ended] = []
 
     async def load(self) -> list[Held]:
         async with self.sessions() as session:
@@ -116,6 +150,8 @@ class Gangs:
                 for p in placements.get(row.id, ())
             )
             job = self.view.get(resources.TRAINING_JOBS, f"{row.namespace}/{name}")
+            admission = (row.admitted_at or row.submitted_at).isoformat()
+            mine = pods.get(row.uid, [])
             gang = lifecycle.Gang(
                 key=key,
                 uid=row.uid,
@@ -123,11 +159,12 @@ class Gangs:
                 name=name,
                 job=job,
                 placement=placement,
-                admitted_at=(row.admitted_at or row.submitted_at).isoformat(),
+                admitted_at=admission,
                 is_running=row.started_at is not None,
                 is_evicting=row.evicting,
-                pods=_by_replica(pods.get(row.uid, [])),
+                pods=_by_replica([p for p in mine if _is_of(p, admission)]),
                 claims=_by_replica(claims.get(row.uid, [])),
+                stale_pods=_by_replica([p for p in mine if not _is_of(p, admission)]),
             )
             held.append(Held(row=row, placement=placement, gang=gang))
         return held
@@ -157,6 +194,8 @@ class Gangs:
             unready_nodes=facts.unready_nodes,
             evicting_devices=facts.evicting_devices,
             is_scaled_away=held.row.uid in self.scaled_away,
+            started_at_s=timestamps.optional_unix(held.row.started_at),
+            max_runtime_s=None if spec is None else spec.max_runtime_seconds,
         )
 
     async def drive_all(
@@ -174,6 +213,7 @@ class Gangs:
             ),
         )
         limit = asyncio.Semaphore(DRIVES_IN_FLIGHT)
+        self._started, self._ended = [], []
 
         async def drive(h: Held) -> None:
             async with limit:
@@ -181,6 +221,89 @@ class Gangs:
                     await self._drive(h, facts, records)
 
         await asyncio.gather(*(drive(h) for h in held))
+        await self._commit()
+
+    async def _commit(self) -> None:
+        """The step's starts and ends in one store transaction (one fence check and commit for
+        a burst); when the batch is refused, each goes alone so one stale gang holds up none."""
+        batch: list[tuple[Held, _Ended | None]] = [
+            *[(h, None) for h in self._started],
+            *[(e.held, e) for e in self._ended],
+        ]
+        if not batch:
+            return
+        learned: list[Run | None] = []
+        try:
+            async with self.writes.transaction() as session:
+                learned = [await self._store(session, h, ending) for h, ending in batch]
+            done = batch
+        except InvalidInputError:
+            done, learned = [], []
+            for h, ending in batch:
+                try:
+                    async with self.writes.transaction() as session:
+                        run = await self._store(session, h, ending)
+                    done.append((h, ending))
+                    learned.append(run)
+                except InvalidInputError as error:
+                    logger.warning("gang %s: store refused: %s", h.gang.key, error)
+        for run in learned:
+            self.history.learn(run)
+        for h, ending in done:
+            if ending is None:
+                self.deadlines.pop(h.gang.uid, None)
+        await asyncio.gather(*(self._ended_with(e) for _, e in done if e is not None))
+
+    async def _store(
+        self,
+        session: AsyncSession,
+        held: Held,
+        ending: _Ended | None,
+    ) -> Run | None:
+        """A start or an end in the caller's transaction; an end that is a run (module
+        `history`) is recorded with it and returned, to be learned once committed."""
+        gang, now, actor = held.gang, self.clock(), self.settings.actor
+        if ending is None:
+            await jobs.mark_running(session, gang.key, at=now, actor=actor)
+            return None
+        verdict, context = ending.verdict, ending.context
+        failures = [f.details() for f in verdict.failures]
+        if verdict.ending in (lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED):
+            backoff = 0.0
+            if verdict.ending is lifecycle.Ending.REQUEUE:
+                backoff = min(
+                    self.settings.restart_backoff_s * 2**context.restarts,
+                    self.settings.restart_backoff_max_s,
+                )
+            await jobs.requeue(
+                session,
+                gang.key,
+                at=now,
+                actor=actor,
+                reason=verdict.reason,
+                preempted=verdict.ending is lifecycle.Ending.PREEMPTED,
+                backoff_s=backoff,
+                failures=failures,
+            )
+        else:
+            await jobs.finish(
+                session,
+                gang.key,
+                succeeded=verdict.ending is lifecycle.Ending.SUCCEEDED,
+                at=now,
+                actor=actor,
+                reason=verdict.reason,
+                cause=status.condition_reason(verdict.cause),
+                failures=failures,
+            )
+            if verdict.reason.startswith(REFUSED):
+                await refusals.mark_refused(
+                    session, gang.key, message=verdict.reason.removeprefix(REFUSED)
+                )
+        tier = self.settings.tier(held.row.tier)
+        return await self.history.record(
+            session, held.row, verdict, now=now, long_running=bool(tier and tier.long_running)
+        )
 
     async def _drive(
         self, held: Held, facts: _Facts, records: Mapping[str, jobs.JobRecord]
@@ -197,7 +320,7 @@ class Gangs:
         context = self._context(held, spec, facts=facts, restarts=record.restarts if record else 0)
         memo = (gang.uid, gang.admitted_at)
         keep = self.shrinking.get(gang.uid)
-        ending = self.endings.get(memo) or lifecycle.recorded_ending(gang)
+        ending = self.endings.get(memo)
         if keep is not None and ending is None:
             # A scale-down finishes first: its leaving replicas must not read as failures.
             try:
@@ -220,9 +343,9 @@ class Gangs:
         leaving = [p.replica for p in held.placement if p.replica >= keep]
         done = await self.actuator.teardown(
             namespace=gang.key.partition("/")[0],
+            gang=None,
             pods=[gang.pods[r] for r in leaving if r in gang.pods],
             claims=[gang.claims[r] for r in leaving if r in gang.claims],
-            services=[],
         )
         if not done or not leaving:
             return
@@ -247,94 +370,66 @@ class Gangs:
         if verdict.action is lifecycle.Action.BUILD:
             if gang.job is None:
                 return
-            first = not gang.pods and not gang.claims
-            skew = await self.actuator.build(
-                gang, spec=job_spec, inventory=inventory, now=self.clock()
-            )
-            if skew is None:
-                if first:
-                    message = f"{len(gang.placement)} replicas reserved"
-                    await self.actuator.event(gang.job, "Admitted", message, warning=False)
-                return
-            self.skews_ms[gang.uid] = round(skew * 1000)
-            gangq_metrics.observe_release_skew(self.metrics, skew)
-            # A gang built in one pass gets one event for its admission and release.
-            message = (
-                f"{len(gang.placement)} replicas reserved and "
-                if first
-                else f"all {len(gang.placement)} "
-            ) + f"pods released together, skew {skew * 1000:.1f} ms"
-            await self.actuator.event(gang.job, "Released", message, warning=False)
-        elif verdict.action is lifecycle.Action.MARK_RUNNING:
-            async with self.writes.transaction() as session:
-                await jobs.mark_running(
-                    session, gang.key, at=self.clock(), actor=self.settings.actor
+            with retry.collecting() as refused:
+                skew = await self.actuator.build(
+                    gang, spec=job_spec, inventory=inventory, now=self.clock()
                 )
-            self.deadlines.pop(gang.uid, None)
-            if gang.job is not None:
-                await self.actuator.event(gang.job, "Running", "all pods Ready", warning=False)
+            if refused:
+                self._refused(held, refused)
+                return
+            if skew is not None:
+                # The release shows in the status (phase, placement, releaseSkewMs): no event.
+                self.skews_ms[gang.uid] = round(skew * 1000)
+                gangq_metrics.observe_release_skew(self.metrics, skew)
+        elif verdict.action is lifecycle.Action.MARK_RUNNING:
+            self._started.append(held)
         elif verdict.action is lifecycle.Action.RESTART_IN_PLACE:
             await self.actuator.restart_in_place(gang, verdict.replicas, spec=job_spec)
         elif verdict.action is lifecycle.Action.TEARDOWN:
             await self._teardown(held, verdict, context=context)
 
+    def _refused(self, held: Held, refused: retry.Refusals) -> None:
+        """The API server refused an object of the gang for good (400, 422): building it again
+        cannot help, so the gang is torn down and the job ends Failed with the server's words
+        (its spec must change; editing it queues the job again)."""
+        gang = held.gang
+        reason = f"{REFUSED}the API server refused {'; '.join(refused.messages)}"
+        logger.warning("gang %s: %s", gang.key, reason)
+        verdict = lifecycle.Verdict(
+            lifecycle.Action.TEARDOWN,
+            ending=lifecycle.Ending.FAILED,
+            reason=reason,
+            failure="other",
+        )
+        self.endings[(gang.uid, gang.admitted_at)] = verdict
+
     async def _teardown(
         self, held: Held, verdict: lifecycle.Verdict, *, context: lifecycle.Context
     ) -> None:
         gang = held.gang
-        if not await self.actuator.record_ending(gang, verdict):
-            return
         done = await self.actuator.teardown(
             namespace=gang.key.split("/")[0],
-            pods=list(gang.pods.values()),
+            gang=gang.uid,
+            pods=[*gang.pods.values(), *gang.stale_pods.values()],
             claims=list(gang.claims.values()),
-            services=[],
         )
-        if not done:
-            return
-        await self._end(held, verdict, context=context)
+        if done:
+            # Only now may the store release the devices (rule 1): see `_commit`.
+            self._ended.append(_Ended(held, verdict, context))
 
-    async def _end(
-        self, held: Held, verdict: lifecycle.Verdict, *, context: lifecycle.Context
-    ) -> None:
-        """Teardown is complete: only now does the store release the devices (rule 1)."""
-        gang, ending, now = held.gang, verdict.ending, self.clock()
-        actor = self.settings.actor
-        async with self.writes.transaction() as session:
-            if ending in (lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED):
-                backoff = 0.0
-                if ending is lifecycle.Ending.REQUEUE:
-                    backoff = min(
-                        self.settings.restart_backoff_s * 2**context.restarts,
-                        self.settings.restart_backoff_max_s,
-                    )
-                await jobs.requeue(
-                    session,
-                    gang.key,
-                    at=now,
-                    actor=actor,
-                    reason=verdict.reason,
-                    preempted=ending is lifecycle.Ending.PREEMPTED,
-                    backoff_s=backoff,
-                )
-            else:
-                await jobs.finish(
-                    session,
-                    gang.key,
-                    succeeded=ending is lifecycle.Ending.SUCCEEDED,
-                    at=now,
-                    actor=actor,
-                    reason=verdict.reason,
-                )
+    async def _ended_with(self, ended: _Ended) -> None:
+        """After the store released the gang: metrics, an event where one is needed, a log."""
+        held, verdict = ended.held, ended.verdict
+        gang, ending = held.gang, verdict.ending
         self.deadlines.pop(gang.uid, None)
         self.endings.pop((gang.uid, gang.admitted_at), None)
         if verdict.failure and not gang.is_running:
             gangq_metrics.record_gang_start_failure(
                 self.metrics, held.row.tier, reason=verdict.failure
             )
-        if gang.job is not None and ending is not None:
-            warning = ending not in (lifecycle.Ending.SUCCEEDED, lifecycle.Ending.DELETED)
+        if gang.job is not None and ending in EVENTFUL:
+            # A success shows in the status alone: events are for what needs a look.
             await self.actuator.event(
-                gang.job, ending.value.capitalize(), verdict.reason, warning=warning
+                gang.job, status.condition_reason(verdict.cause), verdict.reason, warning=True
             )
         logger.info("gang %s ended (%s): %s", gang.key, ending, verdict.reason)

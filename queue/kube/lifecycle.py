@@ -9,7 +9,6 @@ actuator carries the verdict out.
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +16,7 @@ from typing import Any
 from gangq.queue.core import model
 from gangq.queue.kube import objects
 
-ENDING_ANNOTATION = "gangq.dev/ending"
-"""On the TrainingJob: how the current admission ends (JSON), written before teardown starts."""
+TERMINATED = ("Succeeded", "Failed")
 
 
 class Action(enum.StrEnum):
@@ -56,7 +54,48 @@ class Gang:
     is_running: bool
     is_evicting: bool
     pods: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    """This attempt's pods by replica."""
     claims: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    stale_pods: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    """Pods an earlier attempt left (kept for their logs): deleted before this one's start."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFailure:
+    """What happened to one replica of a failed attempt, for the history and the reason."""
+
+    replica: int
+    node: str
+    cause: str
+    """CamelCase: Error, OOMKilled, NodeLost, StartupTimeout, MaxRuntimeExceeded, Lost."""
+    exit_code: int | None = None
+    message: str = ""
+    """The container's termination message, if it left one."""
+
+    def describe(self) -> str:
+        where = f"replica {self.replica} on {self.node}" if self.node else f"replica {self.replica}"
+        if self.exit_code is not None:
+            return f"{where} exited with code {self.exit_code} ({self.cause})"
+        return f"{where}: {self.message or CAUSES.get(self.cause, self.cause)}"
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "replica": self.replica,
+            "node": self.node,
+            "reason": self.cause,
+            "exitCode": self.exit_code,
+            "message": self.message,
+        }
+
+
+CAUSES = {
+    "NodeLost": "its node was lost",
+    "StartupTimeout": "not Ready in time",
+    "MaxRuntimeExceeded": "ran past maxRuntimeSeconds",
+    "Lost": "its pod disappeared",
+    "DeviceTainted": "a device was tainted NoExecute",
+    "ClaimChanged": "its claim was changed by someone else",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +106,9 @@ class Verdict:
     failure: str = ""
     """Metric label of a start failure: timeout, pod_failed, node_lost or other."""
     replicas: tuple[int, ...] = ()
+    cause: str = ""
+    """CamelCase reason of the ending, shown in the job's conditions and events."""
+    failures: tuple[ReplicaFailure, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +125,8 @@ class Context:
     evicting_devices: frozenset[str] = frozenset()
     is_scaled_away: bool = False
     """The job's replicas were lowered below this scale-up gang's replicas."""
+    started_at_s: float | None = None
+    max_runtime_s: float | None = None
 
 
 def is_gated(pod: Mapping[str, Any]) -> bool:
@@ -99,103 +143,170 @@ def is_ready(pod: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def ending_annotation(gang: Gang) -> str:
-    """One annotation per queue entry of the job, so two gangs ending at once never clash."""
-    _, separator, first = gang.key.partition("/")[2].partition("+")
-    return f"{ENDING_ANNOTATION}-{first}" if separator else ENDING_ANNOTATION
+def is_terminated(pod: Mapping[str, Any]) -> bool:
+    return phase(pod) in TERMINATED
 
 
-def recorded_ending(gang: Gang) -> Verdict | None:
-    """The ending written on the job for this admission, if teardown already started."""
-    annotations = ((gang.job or {}).get("metadata") or {}).get("annotations") or {}
-    raw = annotations.get(ending_annotation(gang))
-    if not raw:
-        return None
-    try:
-        stored = json.loads(raw)
-        if stored.get("admittedAt") != gang.admitted_at:
-            return None
-        return Verdict(
-            Action.TEARDOWN,
-            ending=Ending(stored["ending"]),
-            reason=str(stored.get("reason", "")),
-            failure=str(stored.get("failure", "")),
-        )
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
+def _termination(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The first container's terminated state (exit code, reason, message), if it ended."""
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated:
+            return dict(terminated)
+    return {}
 
 
-def _claim_problem(gang: Gang, *, released: bool) -> str | None:
+def _node_of(gang: Gang, replica: int) -> str:
+    return next((p.node for p in gang.placement if p.replica == replica), "")
+
+
+def pod_failure(gang: Gang, replica: int, pod: Mapping[str, Any] | None) -> ReplicaFailure:
+    """How a replica's pod failed, from its container's terminated state."""
+    node = _node_of(gang, replica)
+    if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return ReplicaFailure(replica, node, "Lost")
+    state = _termination(pod)
+    code = state.get("exitCode")
+    cause = str(state.get("reason") or (pod.get("status") or {}).get("reason") or "Error")
+    return ReplicaFailure(
+        replica,
+        node,
+        cause,
+        exit_code=int(code) if isinstance(code, int) else None,
+        message=str(state.get("message") or "")[:512],
+    )
+
+
+def _claim_problem(gang: Gang, *, released: bool) -> ReplicaFailure | None:
     """An allocation that differs from the reservation, or one cleared or deleted after the
     release: something other than gangq changed it, an incident to repair (issue 6, item 3)."""
-    job_name = gang.name
     for placement in gang.placement:
-        name = objects.replica_name(job_name, placement.replica)
+        name = objects.replica_name(gang.name, placement.replica)
         claim = gang.claims.get(placement.replica)
+        problem = None
         if claim is None:
-            if released:
-                return f"claim {name} disappeared"
-            continue
-        if (claim.get("metadata") or {}).get("deletionTimestamp"):
-            return f"claim {name} is being deleted"
-        found = objects.allocated_devices(claim)
-        if found is None:
-            if released:
-                return f"the allocation of claim {name} was cleared"
-            continue
-        if found != tuple(sorted(placement.devices)):
-            return (
-                f"claim {name} holds {', '.join(found)} instead of the reserved "
-                f"{', '.join(sorted(placement.devices))}"
+            problem = f"claim {name} disappeared" if released else None
+        elif (claim.get("metadata") or {}).get("deletionTimestamp"):
+            problem = f"claim {name} is being deleted"
+        else:
+            found = objects.allocated_devices(claim)
+            if found is None:
+                problem = f"the allocation of claim {name} was cleared" if released else None
+            elif found != tuple(sorted(placement.devices)):
+                problem = (
+                    f"claim {name} holds {', '.join(found)} instead of the reserved "
+                    f"{', '.join(sorted(placement.devices))}"
+                )
+        if problem is not None:
+            return ReplicaFailure(
+                placement.replica, placement.node, "ClaimChanged", message=problem
             )
     return None
 
 
-def _lost(gang: Gang, context: Context) -> tuple[str, str] | None:
-    """(failure label, reason) when the gang lost a node or a device under it (rule 8)."""
+def _lost(gang: Gang, context: Context) -> ReplicaFailure | None:
+    """The first replica whose node or device was lost under it (rule 8)."""
     for placement in gang.placement:
         if placement.node in context.unready_nodes:
-            return "node_lost", f"node {placement.node} of replica {placement.replica} is not ready"
+            message = "node is NotReady (lost)"
+            return ReplicaFailure(placement.replica, placement.node, "NodeLost", message=message)
         tainted = [d for d in placement.devices if d in context.evicting_devices]
         if tainted:
-            return (
-                "node_lost",
-                f"device {tainted[0]} of replica {placement.replica} is tainted NoExecute",
+            message = f"device {tainted[0]} is tainted NoExecute"
+            return ReplicaFailure(
+                placement.replica, placement.node, "DeviceTainted", message=message
             )
     return None
 
 
-def _failure(gang: Gang, context: Context, *, reason: str, failure: str) -> Verdict:
+def _failure(context: Context, failures: tuple[ReplicaFailure, ...], *, failure: str) -> Verdict:
+    """Requeue for another attempt while restarts are left, else fail for good (rule 8)."""
+    first = failures[0]
     if context.restarts >= context.max_restarts and not context.long_running:
+        used = f"{context.restarts} of {context.max_restarts} restarts used"
         return Verdict(
             Action.TEARDOWN,
             ending=Ending.FAILED,
-            reason=f"{reason}; {context.restarts} restarts used of {context.max_restarts}",
+            reason=f"{first.describe()}; {used}",
             failure=failure,
+            cause=first.cause,
+            failures=failures,
         )
-    return Verdict(Action.TEARDOWN, ending=Ending.REQUEUE, reason=reason, failure=failure)
+    return Verdict(
+        Action.TEARDOWN,
+        ending=Ending.REQUEUE,
+        reason=f"{first.describe()}; restart {context.restarts + 1} of {context.max_restarts}",
+        failure=failure,
+        cause=first.cause,
+        failures=failures,
+    )
+
+
+def _overrun(gang: Gang, context: Context) -> Verdict | None:
+    """A job past `maxRuntimeSeconds` is stopped and fails for good (rule 5: the hard bound)."""
+    limit, started = context.max_runtime_s, context.started_at_s
+    if context.long_running or limit is None or started is None or context.now <= started + limit:
+        return None
+    message = f"ran past maxRuntimeSeconds={limit:.0f}"
+    failures = tuple(
+        ReplicaFailure(p.replica, p.node, "MaxRuntimeExceeded", message=message)
+        for p in gang.placement
+    )
+    return Verdict(
+        Action.TEARDOWN,
+        ending=Ending.FAILED,
+        reason=f"stopped: {message}",
+        failure="other",
+        cause="MaxRuntimeExceeded",
+        failures=failures,
+    )
 
 
 def assess(gang: Gang, context: Context) -> Verdict:
-    """The next step for the gang; the first rule that matches wins."""
-    recorded = recorded_ending(gang)
-    if recorded is not None:
-        return recorded
+    """The next step for the gang; the first rule that matches wins.
+
+    Kept pods decide before claims do: after a restart in the middle of a teardown (claims
+    already deleted), a gang whose pods all succeeded still ends Succeeded, and a failed pod
+    is still the reason.
+    """
     job_meta = (gang.job or {}).get("metadata") or {}
     if gang.job is None or job_meta.get("deletionTimestamp") or job_meta.get("uid") != gang.job_uid:
-        return Verdict(Action.TEARDOWN, ending=Ending.DELETED, reason="TrainingJob deleted")
+        return Verdict(
+            Action.TEARDOWN, ending=Ending.DELETED, reason="TrainingJob deleted", cause="Deleted"
+        )
     if gang.is_evicting:
-        return Verdict(Action.TEARDOWN, ending=Ending.PREEMPTED, reason="preempted")
+        return Verdict(
+            Action.TEARDOWN, ending=Ending.PREEMPTED, reason="preempted", cause="Preempted"
+        )
     if context.is_scaled_away:
-        return Verdict(Action.TEARDOWN, ending=Ending.SUCCEEDED, reason="scaled down")
+        return Verdict(
+            Action.TEARDOWN, ending=Ending.SUCCEEDED, reason="scaled down", cause="ScaledDown"
+        )
+    replicas = [p.replica for p in gang.placement]
+    pods = [gang.pods.get(r) for r in replicas]
     released = any(not is_gated(p) for p in gang.pods.values())
+    if released and not context.long_running:
+        if all(p is not None and phase(p) == "Succeeded" for p in pods):
+            reason = f"all {len(replicas)} replicas succeeded"
+            return Verdict(
+                Action.TEARDOWN, ending=Ending.SUCCEEDED, reason=reason, cause="Succeeded"
+            )
+        failed = tuple(
+            pod_failure(gang, r, p)
+            for r, p in zip(replicas, pods, strict=True)
+            if p is not None and phase(p) == "Failed"
+        )
+        if failed:
+            return _failure(context, failed, failure="pod_failed")
+    overrun = _overrun(gang, context)
+    if overrun is not None:
+        return overrun
     problem = _claim_problem(gang, released=released)
     if problem is not None:
-        return _failure(gang, context, reason=problem, failure="other")
+        return _failure(context, (problem,), failure="other")
     lost = _lost(gang, context)
     if lost is not None:
-        return _failure(gang, context, reason=lost[1], failure=lost[0])
-    replicas = [p.replica for p in gang.placement]
+        return _failure(context, (lost,), failure="node_lost")
     if released:
         return _released(gang, context, replicas=replicas)
     if context.now > context.admitted_at_s + context.startup_timeout_s:
@@ -204,18 +315,21 @@ def assess(gang: Gang, context: Context) -> Verdict:
 
 
 def _timeout(gang: Gang, context: Context) -> Verdict:
+    message = f"not Ready within startupTimeoutSeconds={context.startup_timeout_s:.0f}"
+    late = tuple(
+        ReplicaFailure(p.replica, p.node, "StartupTimeout", message=message)
+        for p in gang.placement
+        if not (gang.pods.get(p.replica) and is_ready(gang.pods[p.replica]))
+    )
     return _failure(
-        gang,
         context,
-        reason=f"not Ready within startupTimeoutSeconds={context.startup_timeout_s:.0f}",
+        late or (ReplicaFailure(gang.placement[0].replica, "", "StartupTimeout", message=message),),
         failure="timeout",
     )
 
 
 def _released(gang: Gang, context: Context, *, replicas: list[int]) -> Verdict:
     pods = [gang.pods.get(r) for r in replicas]
-    if not context.long_running and all(p is not None and phase(p) == "Succeeded" for p in pods):
-        return Verdict(Action.TEARDOWN, ending=Ending.SUCCEEDED, reason="all replicas succeeded")
     # A long-running replica never finishes by itself: an exit of any kind is a failure.
     ended = ("Failed", "Succeeded") if context.long_running else ("Failed",)
     broken = tuple(
@@ -226,9 +340,8 @@ def _released(gang: Gang, context: Context, *, replicas: list[int]) -> Verdict:
     if broken and context.long_running and gang.is_running:
         return Verdict(Action.RESTART_IN_PLACE, reason="pod failed", replicas=broken)
     if broken:
-        return _failure(
-            gang, context, reason=f"replica {broken[0]} failed or was lost", failure="pod_failed"
-        )
+        failures = tuple(pod_failure(gang, r, gang.pods.get(r)) for r in broken)
+        return _failure(context, failures, failure="pod_failed")
     if any(p is not None and is_gated(p) for p in pods):
         return Verdict(Action.BUILD)
     if not gang.is_running:

@@ -24,12 +24,17 @@ JOB_UID_LABEL = "gangq.dev/job-uid"
 GANG_LABEL = "gangq.dev/gang"
 """The queue entry (store uid) a pod or claim belongs to: the job itself or one scale-up."""
 GATE = "gangq.dev/admission"
+ADMISSION = "gangq.dev/admitted-at"
+"""On each pod: the admission (attempt) it belongs to. Pods keep their names across attempts
+(`<job>-0.<job>` stays the rendezvous address), so a kept pod of an earlier attempt is told
+apart by this, and deleted before the new attempt's pod is created."""
 CLAIM_FINALIZER = "gangq.dev/claim-protection"
-"""Claim finalizer policy: gangq's claims carry this finalizer and never
-`resource.kubernetes.io/delete-protection`. Without the latter, kube-controller-manager keeps
-the allocation when a pod leaves `reservedFor`, so a long-running replica restarts in place on
-the same devices; with the former, deleting a claim (by hand or by garbage collection) cannot
-pull devices from under a running pod: gangq removes it only once no pod of the gang is left."""
+"""Only on claims an earlier gangq created: removed when such a claim is deleted. Claims carry
+no finalizer now (neither this nor `resource.kubernetes.io/delete-protection`, so a
+long-running replica restarts in place on its allocation): gangq deletes a gang's claims only
+once none of its pods runs, only gangq creates claims for its device classes (admission
+policy), and the store keeps the devices reserved until no pod runs, so gangq never places a
+gang on devices a running pod still uses."""
 REQUEST = "devices"
 CLAIM_REF = "gangq-devices"
 MASTER_PORT = 29500
@@ -38,6 +43,16 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 def rfc3339(unix_s: float) -> str:
     return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: object) -> float | None:
+    """Unix seconds of a timestamp as the API server writes it; None when absent or bad."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
 
 
 def replica_name(job: str, replica: int) -> str:
@@ -106,7 +121,6 @@ def claim(
     if constraints:
         devices["constraints"] = [{"requests": [REQUEST], "matchAttribute": m} for m in constraints]
     metadata = _metadata(job, replica_name(job["metadata"]["name"], replica), replica, gang=gang)
-    metadata["finalizers"] = [CLAIM_FINALIZER]
     return {
         "apiVersion": resources.RESOURCE_CLAIMS.api_version,
         "kind": resources.RESOURCE_CLAIMS.kind,
@@ -173,16 +187,17 @@ def pod(
     node: str,
     gated: bool,
     gang: str,
+    admission: str,
 ) -> dict[str, Any]:
     """The replica's pod from the template: pinned to `node` so the scheduler's DRA PostFilter
-    can never clear its claim's allocation (issue 6, fact 2), gated until the whole gang is."""
+    can never clear its claim's allocation (issue 6, fact 2), gated until the whole gang is;
+    `admission` names the attempt (pods keep their names across attempts)."""
     template = copy.deepcopy(dict(spec.get("template") or {}))
     name = replica_name(job["metadata"]["name"], replica)
     metadata = _metadata(job, name, replica, gang=gang)
     template_meta = template.get("metadata") or {}
     metadata["labels"] = {**(template_meta.get("labels") or {}), **metadata["labels"]}
-    if template_meta.get("annotations"):
-        metadata["annotations"] = dict(template_meta["annotations"])
+    metadata["annotations"] = {**(template_meta.get("annotations") or {}), ADMISSION: admission}
     pod_spec: dict[str, Any] = dict(template.get("spec") or {})
     pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), HOSTNAME_LABEL: node}
     pod_spec["hostname"] = name
@@ -208,6 +223,11 @@ def pod(
     if gated:
         pod_spec["schedulingGates"] = [{"name": GATE}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def needs_service(spec: Mapping[str, Any]) -> bool:
+    """Only replicas that rendezvous need `<job>-0.<job>`: a one-replica job has no peer."""
+    return int(spec.get("replicas") or 1) > 1
 
 
 def service(job: Mapping[str, Any]) -> dict[str, Any]:

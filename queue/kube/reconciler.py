@@ -1,8 +1,9 @@
 """One leader step: queue new TrainingJobs, run the cycle, drive every gang, show status.
 
-Owns turning cluster events into store writes (enqueue by uid, finishing deleted jobs) and
-carrying out each gang's lifecycle verdict from committed store state: the cycle's decisions
-are read back from PostgreSQL, never from memory, so a restarted leader does the same (rule 9).
+Owns turning cluster events into store writes (queueing through `intake`, finishing deleted
+jobs) and carrying out each gang's lifecycle verdict from committed store state: the cycle's
+decisions are read back from PostgreSQL, never from memory, so a restarted leader does the
+same (rule 9).
 Errors from bad input or a refused write are logged per job and never stop the loop.
 """
 
@@ -26,7 +27,12 @@ from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import (
     cache,
+    checkpoints,
+    estimates,
     gangs,
+    history,
+    intake,
+    lifecycle,
     objects,
     resources,
     retry,
@@ -74,6 +80,10 @@ class Reconciler:
         self.clock = clock
         self.metrics = metrics
         self.actuator = Actuator(view.kube, settings=settings, clock=clock)
+        self.history = history.History(sessions)
+        self.checkpoints = checkpoints.Checkpoints(
+            view, writes=self.writes, actuator=self.actuator, clock=clock
+        )
         self.gangs = gangs.Gangs(
             view,
             settings=settings,
@@ -82,20 +92,34 @@ class Reconciler:
             clock=clock,
             metrics=metrics,
             actuator=self.actuator,
+            history=self.history,
         )
         self.matcher = DeviceMatcher()
         self.policy = settings.policy()
-        self.known: set[str] = set()
-        self.problems: dict[str, status.Refusal] = {}
+        self.intake = intake.Intake(
+            view,
+            settings=settings,
+            writes=self.writes,
+            actuator=self.actuator,
+            matcher=self.matcher,
+            clock=clock,
+        )
         self.tenants_epoch: int | None = None
         self.shown: dict[str, _Shown] = {}
         """Job uid -> the last status write, so a write the cache has not seen is not repeated."""
+        self.gauged_at = float("-inf")
+        self.reason_due: float | None = None
+        """When the earliest new reason held back by the per-job rate may be written."""
 
     def next_deadline_s(self) -> float:
-        """Seconds until the earliest startup deadline (the timer must not sleep past it)."""
-        if not self.gangs.deadlines:
+        """Seconds until the earliest startup deadline or held-back reason (the timer must not
+        sleep past them)."""
+        deadlines = list(self.gangs.deadlines.values())
+        if self.reason_due is not None:
+            deadlines.append(self.reason_due)
+        if not deadlines:
             return self.settings.cycle_interval_s
-        return max(0.0, min(self.gangs.deadlines.values()) - self.clock()) + 0.05
+        return max(0.0, min(deadlines) - self.clock()) + 0.05
 
     async def step(self, *, epoch: int) -> None:
         """Enqueue, scale, cycle, drive gangs, sweep, show status: one leader turn.
@@ -111,7 +135,9 @@ class Reconciler:
             if self.tenants_epoch != epoch:
                 await self._write_tenants()
                 self.tenants_epoch = epoch
-            await self._enqueue_new()
+            await self.intake.run(inventory)
+            await self.checkpoints.sync(queued=self.intake.known)
+            estimator = await self.history.ensure(epoch=epoch)
             await self._scale(await self._records())
             started = time.monotonic()
             result = await admission.run(
@@ -122,12 +148,15 @@ class Reconciler:
                 matcher=self.matcher,
                 epoch=epoch,
                 actor=self.settings.actor,
+                estimator=estimator,
             )
             gangq_metrics.observe_cycle(self.metrics, time.monotonic() - started)
             records = await self._records()
             self._count(result, records)
             held = await self.gangs.load()
-            self._gauges(inventory, held)
+            if time.monotonic() >= self.gauged_at + self.settings.gauges_interval_s:
+                self.gauged_at = time.monotonic()
+                self._gauges(inventory, held)
             await self.gangs.drive_all(held, inventory, records)
             await self._sweep(held, records)
             await self._show(records, held)
@@ -149,61 +178,13 @@ class Reconciler:
                     now=self.clock(),
                 )
 
-    async def _enqueue_new(self) -> None:
-        """Queue every TrainingJob not seen yet; enqueue is idempotent by uid (replays are free).
-
-        All new jobs of a pass go in one transaction (a burst queues at batch speed); only when
-        the batch is refused (a name still held by a live job, a spec the store rejects) are
-        they queued one by one, so one bad job never holds back the others.
-        """
-        fresh: list[tuple[dict[str, Any], model.PendingJob]] = []
-        for job in self.view.objects(resources.TRAINING_JOBS).values():
-            meta = job.get("metadata") or {}
-            uid = str(meta.get("uid") or "")
-            if uid in self.known or meta.get("deletionTimestamp"):
-                continue
-            try:
-                pending = trainingjob.pending_job(
-                    job, tenant=self.view.tenant_of(str(meta.get("namespace")))
-                )
-            except InvalidInputError as error:
-                self.problems[uid] = status.Refusal(str(error), invalid=True)
-                continue
-            fresh.append((job, pending))
-        marked = await asyncio.gather(
-            *(self.actuator.set_job_finalizer(job, present=True) for job, _ in fresh)
-        )
-        ready = [pending for (_, pending), ok in zip(fresh, marked, strict=True) if ok]
-        if not ready:
-            return
-        try:
-            await self._enqueue(ready)
-        except InvalidInputError:
-            for pending in ready:
-                try:
-                    await self._enqueue([pending])
-                except ConflictError as error:
-                    self.problems[pending.uid] = status.Refusal(
-                        f"waiting for the previous job {pending.key} to end: {error}",
-                        invalid=False,
-                    )
-                except InvalidInputError as error:
-                    self.problems[pending.uid] = status.Refusal(str(error), invalid=True)
-
-    async def _enqueue(self, batch: list[model.PendingJob]) -> None:
-        async with self.writes.transaction() as session:
-            await jobs.enqueue(session, batch, actor=self.settings.actor, now=self.clock())
-        for pending in batch:
-            self.problems.pop(pending.uid, None)
-            self.known.add(pending.uid)
-
     async def _records(self) -> dict[str, jobs.JobRecord]:
         """Live store records, and finished ones whose end their TrainingJob does not show."""
         unshown = [
             str((job.get("metadata") or {}).get("uid"))
             for job in self.view.objects(resources.TRAINING_JOBS).values()
             if (job.get("status") or {}).get("phase") not in scale.FINISHED
-        ]
+        ] + sorted(self.intake.changed)
         async with self.sessions() as session:
             return await jobs.live_and_chosen(session, uids=unshown)
 
@@ -256,29 +237,68 @@ class Reconciler:
         gangq_metrics.set_queue(self.metrics, pending, oldest_pending_seconds=oldest)
 
     async def _sweep(self, held: list[gangs.Held], records: Mapping[str, jobs.JobRecord]) -> None:
-        """Objects of gangs that hold nothing (left by a crash) go; a deleted job whose gangs
-        are all gone finishes in the store and loses its finalizer."""
+        """Claims and running pods of gangs that hold nothing (left by a crash) go; terminated
+        pods stay for their logs. A job whose TrainingJob is gone finishes in the store; a
+        finished one past its `ttlSecondsAfterFinished` is deleted."""
         holding = {h.row.uid for h in held}
         busy = {h.gang.job_uid for h in held}
         pods = gangs.by_gang(self.view.objects(resources.PODS))
         claims = gangs.by_gang(self.view.objects(resources.RESOURCE_CLAIMS))
         for uid in (set(pods) | set(claims)) - holding:
+            running = [p for p in pods.get(uid, []) if not lifecycle.is_terminated(p)]
+            if not running and not claims.get(uid):
+                continue
             busy.add(scale.job_uid(uid))
             await self.actuator.teardown(
-                namespace="", pods=pods.get(uid, []), claims=claims.get(uid, []), services=[]
+                namespace="", gang=None, pods=running, claims=claims.get(uid, [])
             )
+        present: set[str] = set()
         for job in list(self.view.objects(resources.TRAINING_JOBS).values()):
             meta = job.get("metadata") or {}
             uid = str(meta.get("uid"))
-            if not meta.get("deletionTimestamp") or uid in busy:
+            present.add(uid)
+            if not meta.get("deletionTimestamp"):
+                await self._expire(job)
                 continue
+            if uid in busy or trainingjob.FINALIZER not in (meta.get("finalizers") or []):
+                continue
+            # A finalizer an earlier gangq added: dropped once the job's gangs are gone.
             live = [
                 r
                 for r in records.values()
                 if scale.job_uid(r.uid) == uid and r.phase not in scale.FINISHED
             ]
             if await self._finish(live, reason="TrainingJob deleted"):
-                await self.actuator.set_job_finalizer(job, present=False)
+                await self.actuator.drop_job_finalizer(job)
+        # Queued entries of a TrainingJob that is gone (a suspended one stays an admin's).
+        gone = [
+            r
+            for r in records.values()
+            if r.phase == "Queued" and scale.job_uid(r.uid) not in present | busy
+        ]
+        await self._finish(gone, reason="TrainingJob deleted")
+
+    async def _expire(self, job: dict[str, Any]) -> None:
+        """Delete a finished TrainingJob once `spec.ttlSecondsAfterFinished` has passed (as
+        Kubernetes does for Jobs); its kept pods go with it (owner references)."""
+        shown = job.get("status") or {}
+        ttl = (job.get("spec") or {}).get("ttlSecondsAfterFinished")
+        if shown.get("phase") not in scale.FINISHED or not isinstance(ttl, int):
+            return
+        finished = objects.parse_rfc3339(shown.get("finishedAt"))
+        if finished is None or self.clock() < finished + ttl:
+            return
+        meta = job["metadata"]
+        try:
+            await self.view.kube.delete(
+                resources.TRAINING_JOBS, str(meta["namespace"]), str(meta["name"])
+            )
+            logger.info(
+                "deleted %s: ttlSecondsAfterFinished=%d passed", trainingjob.key_of(job), ttl
+            )
+        except KubeError as error:
+            if error.status != 404:
+                logger.info("deleting %s after its TTL: %s", trainingjob.key_of(job), error)
 
     async def _finish(self, live: list[jobs.JobRecord], *, reason: str) -> bool:
         """End queue entries that hold no devices; False when the store refused one."""
@@ -363,40 +383,51 @@ class Reconciler:
         shown: dict[str, _Shown] = {}
         moved: list[tuple[float, str, dict[str, Any], dict[str, Any], _Shown]] = []
         clock = self.clock()
+        self.reason_due = None
         for job in list(self.view.objects(resources.TRAINING_JOBS).values()):
             meta = job.get("metadata") or {}
             uid = str(meta.get("uid"))
             record = fresh.get(uid) or records.get(uid)
-            if meta.get("deletionTimestamp") or (record is None and uid not in self.problems):
+            if meta.get("deletionTimestamp") or (
+                record is None and uid not in self.intake.problems
+            ):
                 # A job not queued yet gets its first status once it is (the next step).
                 continue
             wanted = status.desired(
                 record,
                 placement=tuple(sorted(placements.get(uid, ()), key=lambda p: p.replica)),
-                problem=self.problems.get(uid),
+                problem=self.intake.problems.get(uid),
                 now=now,
             )
+            for condition in wanted.get("conditions") or []:
+                condition["observedGeneration"] = meta.get("generation")  # see intake
             if uid in skews:
                 wanted["releaseSkewMs"] = skews[uid]
             if uid in waiting and wanted.get("phase") == "Running":
                 wanted["reason"] = waiting[uid]
             current = job.get("status") or {}
+            if wanted.get("phase") in scale.FINISHED:
+                # Where the job ran stays readable after its end.
+                wanted["placement"] = current.get("placement") or []
             version = str(meta.get("resourceVersion"))
             last = self.shown.get(uid)
             if last is not None:
                 shown[uid] = last
-                if last.version == version and not status.differs(last.status, wanted):
+                if last.version == version and not self._differs(last.status, wanted, now=clock):
                     continue
-            if not status.differs(current, wanted) and current.get("releaseSkewMs") == wanted.get(
+            if not self._differs(current, wanted, now=clock) and current.get(
                 "releaseSkewMs"
-            ):
+            ) == wanted.get("releaseSkewMs"):
                 continue
             body = {"status": status.merged_conditions(current, wanted)}
-            if last is not None and status.only_queue_moved(current, wanted):
+            if (
+                last is not None
+                and status.only_queue_moved(current, wanted)
+                and self._holds_back(current, wanted, last=last, clock=clock)
+            ):
                 if clock - last.at >= self.settings.status_refresh_s:
-                    moved.append(
-                        (last.at, uid, job, body, _Shown(version=version, status=wanted, at=clock))
-                    )
+                    written = _Shown(version=version, status=wanted, at=clock)
+                    moved.append((last.at, uid, job, body, written))
                 continue
             shown[uid] = _Shown(version=version, status=wanted, at=clock)
             updates.append((job, body))
@@ -409,8 +440,28 @@ class Reconciler:
         self.shown = shown
         await self._write_statuses(updates)
 
+    @staticmethod
+    def _differs(current: Mapping[str, Any], wanted: Mapping[str, Any], *, now: float) -> bool:
+        """A status write is due: a compared field changed or the estimated start moved."""
+        return status.differs(current, wanted) or estimates.has_moved(current, wanted, now=now)
+
+    def _holds_back(
+        self, current: Mapping[str, Any], wanted: Mapping[str, Any], *, last: _Shown, clock: float
+    ) -> bool:
+        """Whether a queued job's changed status waits: a move alone waits for the bounded
+        refresh (churn); a new reason goes out at once, at most once per
+        `status_reason_interval_s` per job, so the status soon says what the store says."""
+        if current.get("reason") == wanted.get("reason"):
+            return True
+        due = last.at + self.settings.status_reason_interval_s
+        if clock >= due:
+            return False
+        self.reason_due = min(self.reason_due or due, due)
+        return True
+
     async def _write_statuses(self, updates: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
-        """Send the status patches concurrently; a refused one is tried again next step."""
+        """Send the status patches concurrently; a refused one is tried again next step. A job
+        that starts to wait, or waits for another kind of reason, also gets an Event."""
         limit = asyncio.Semaphore(STATUS_WRITES_IN_FLIGHT)
 
         async def write(job: dict[str, Any], body: dict[str, Any]) -> None:
@@ -431,5 +482,9 @@ class Reconciler:
                         retry.note_expected(error, what=what)
                     else:
                         logger.info("%s not written: %s", what, error)
+                    return
+                waits = status.new_wait(job.get("status") or {}, body["status"])
+                if waits is not None:
+                    await self.actuator.event(job, waits[0], waits[1], warning=False)
 
         await asyncio.gather(*(write(job, body) for job, body in updates))

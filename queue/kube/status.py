@@ -16,6 +16,22 @@ from gangq.queue.kube import objects
 from gangq.queue.store import jobs, reservations
 
 COMPARED = ("phase", "queuePosition", "reason", "placement", "restarts", "preemptions")
+CAUSE_REASONS = {"Error": "ReplicaFailed", "Lost": "ReplicaLost", "": "Ended"}
+"""Replica causes renamed for the job's conditions; the others (OOMKilled, NodeLost,
+StartupTimeout, MaxRuntimeExceeded...) read the same for the job."""
+
+
+def condition_reason(cause: str) -> str:
+    """A CamelCase condition and event reason for how a job ended (Kubernetes conventions)."""
+    named = CAUSE_REASONS.get(cause, cause)
+    return "".join(ch for ch in named if ch.isalnum()) or "Ended"
+
+
+def waiting_reason(record: jobs.JobRecord) -> str:
+    """`Quota`, `Capacity`, `Backfill`...: the CamelCase reason of a queued job's wait."""
+    if record.reason is None:
+        return "Queued"
+    return "".join(part.capitalize() for part in str(record.reason.code).split("_"))
 
 
 def _stamp(unix_s: float | None) -> str | None:
@@ -45,11 +61,10 @@ def _condition(kind: str, state: bool, reason: str, message: str, *, now: str) -
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """Why a TrainingJob could not be queued: a spec to fix, or (not `invalid`) a name still
-    held by an earlier job of the same name that has not ended."""
+    """Why a valid TrainingJob is not queued yet: its name is still held by an earlier job of
+    the same name that has not ended (a job refused for its spec has a record instead)."""
 
     message: str
-    invalid: bool
 
 
 def desired(
@@ -63,19 +78,47 @@ def desired(
     no record then). A job neither queued nor refused yet gets no status at all."""
     if record is None:
         assert problem is not None, "a job that is neither queued nor refused has no status"
-        reason, kind = (
-            (f"invalid: {problem.message}", "InvalidSpec")
-            if problem.invalid
-            else (problem.message, "NameInUse")
-        )
         return {
             "phase": "Queued",
-            "reason": reason,
-            "conditions": [_condition("Admissible", False, kind, problem.message, now=now)],
+            "reason": problem.message,
+            "conditions": [_condition("Admissible", False, "NameInUse", problem.message, now=now)],
         }
     reason = record.reason.message if record.reason else ""
-    invalid = record.reason is not None and str(record.reason.code) == "invalid"
+    code = str(record.reason.code) if record.reason else ""
+    invalid = code == "invalid"
+    never_fits = code == "unschedulable"
     holding = record.phase in ("Admitted", "Running")
+    finished = record.phase in ("Succeeded", "Failed")
+    if finished and record.outcome is not None:
+        reason = record.outcome.message
+    conditions = [
+        _condition(
+            "Admissible",
+            not invalid,
+            "InvalidSpec" if invalid else "Valid",
+            reason if invalid else "",
+            now=now,
+        ),
+        _condition(
+            "Admitted",
+            holding,
+            record.phase if holding or finished else waiting_reason(record),
+            "" if finished else reason,
+            now=now,
+        ),
+        _condition("Ready", record.phase == "Running", record.phase, "", now=now),
+        # rule 10: a job the cluster as configured can never run is told apart from a wait
+        _condition(
+            "Schedulable",
+            not never_fits,
+            "NeverFits" if never_fits else "Fits",
+            reason if never_fits else "",
+            now=now,
+        ),
+    ]
+    if finished:
+        cause = "InvalidSpec" if invalid else record.outcome.cause if record.outcome else ""
+        conditions.append(_condition(record.phase, True, cause or record.phase, reason, now=now))
     status: dict[str, Any] = {
         "phase": record.phase,
         "queuePosition": record.position,
@@ -86,17 +129,10 @@ def desired(
         "admittedAt": _stamp(record.admitted_at),
         "startedAt": _stamp(record.started_at),
         "finishedAt": _stamp(record.finished_at),
-        "conditions": [
-            _condition(
-                "Admissible",
-                not invalid,
-                "InvalidSpec" if invalid else "Valid",
-                reason if invalid else "",
-                now=now,
-            ),
-            _condition("Admitted", holding, record.phase, reason, now=now),
-            _condition("Ready", record.phase == "Running", record.phase, "", now=now),
-        ],
+        "estimatedStartTime": _stamp(record.reserved_start_at)
+        if record.phase == "Queued"
+        else None,
+        "conditions": conditions,
     }
     return status
 
@@ -110,6 +146,21 @@ def differs(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     }
     new = {c["type"]: (c["status"], c["message"]) for c in wanted.get("conditions") or []}
     return old != new
+
+
+def new_wait(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(reason, message) when `wanted` shows a queued job waiting for a new kind of reason."""
+    if wanted.get("phase") != "Queued" or not wanted.get("reason"):
+        return None
+
+    def admitted(status: Mapping[str, Any]) -> str:
+        found = [c for c in status.get("conditions") or [] if c.get("type") == "Admitted"]
+        return str(found[0].get("reason")) if found else ""
+
+    reason = admitted(wanted)
+    if current.get("phase") == "Queued" and admitted(current) == reason:
+        return None
+    return reason or "Queued", str(wanted["reason"])
 
 
 def only_queue_moved(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:

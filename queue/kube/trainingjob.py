@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gangq.queue.core import inventory, model
 from gangq.queue.core.errors import InvalidInputError
+from gangq.queue.kube import validation
 
 FINALIZER = "gangq.dev/teardown"
 """Kept on a TrainingJob until its pods and claims are gone and its devices released."""
@@ -39,16 +40,26 @@ class TrainingJobSpec(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
     tier: str = Field(min_length=1)
-    priority: int = 0
-    replicas: int = Field(ge=1)
-    devices_per_replica: int = Field(alias="devicesPerReplica", ge=1)
+    priority: int = Field(default=0, ge=-validation.PRIORITY_LIMIT, le=validation.PRIORITY_LIMIT)
+    replicas: int = Field(ge=1, le=validation.MAX_REPLICA_INDEX + 1)
+    devices_per_replica: int = Field(alias="devicesPerReplica", ge=1, le=validation.INT32_MAX)
     device_class_name: str = Field(alias="deviceClassName", default=DEFAULT_DEVICE_CLASS)
     selectors: tuple[str, ...] = ()
     constraints: tuple[Constraint, ...] = ()
     topology: TopologySpec | None = None
-    startup_timeout_seconds: int = Field(alias="startupTimeoutSeconds", default=600, ge=1)
-    max_runtime_seconds: int | None = Field(alias="maxRuntimeSeconds", default=None, ge=1)
-    max_restarts: int = Field(alias="maxRestarts", default=3, ge=0)
+    startup_timeout_seconds: int = Field(
+        alias="startupTimeoutSeconds", default=600, ge=1, le=validation.INT32_MAX
+    )
+    max_runtime_seconds: int | None = Field(
+        alias="maxRuntimeSeconds", default=None, ge=1, le=validation.INT32_MAX
+    )
+    max_restarts: int = Field(alias="maxRestarts", default=3, ge=0, le=validation.INT32_MAX)
+    ttl_seconds_after_finished: int | None = Field(
+        alias="ttlSecondsAfterFinished", default=None, ge=0, le=31_536_000
+    )
+    checkpoint_interval_seconds: int | None = Field(
+        alias="checkpointIntervalSeconds", default=None, ge=1, le=validation.INT32_MAX
+    )
     template: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -79,14 +90,21 @@ def submitted_at(job: dict[str, Any]) -> float:
 
 
 def pending_job(job: dict[str, Any], *, tenant: str | None) -> model.PendingJob:
-    """The queue entry for `job`; raises `InvalidInputError` saying exactly what is wrong."""
+    """The queue entry for `job`; raises `InvalidInputError` saying exactly what is wrong
+    (every problem of the spec and the name at once, then a missing tenant)."""
     key = key_of(job)
+    problems = validation.name_problems(str((job.get("metadata") or {}).get("name") or ""))
+    try:
+        spec = parse_spec(job)
+    except InvalidInputError as error:
+        problems.append(str(error))
+    if problems:
+        raise InvalidInputError("; ".join(problems))
     if not tenant:
         namespace = (job.get("metadata") or {}).get("namespace")
         raise InvalidInputError(
             f"namespace {namespace} has no gangq.dev/tenant label: no tenant owns this job"
         )
-    spec = parse_spec(job)
     topology = spec.topology or TopologySpec()
     mode = model.TopologyMode(topology.mode if topology.key else "None")
     return model.PendingJob(
@@ -104,4 +122,33 @@ def pending_job(job: dict[str, Any], *, tenant: str | None) -> model.PendingJob:
         pod=inventory.pod_requirements(spec.template, owner=f"TrainingJob {key} template"),
         submitted_at=submitted_at(job),
         max_runtime_s=None if spec.max_runtime_seconds is None else float(spec.max_runtime_seconds),
+    )
+
+
+def _bounded(value: object, *, default: int, low: int, high: int) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+        return value
+    return default
+
+
+def summary(job: dict[str, Any], *, tenant: str | None) -> model.PendingJob:
+    """What can be read of a job refused for its spec, for the record the API shows: a field
+    that cannot be read or stored takes a neutral value (the reason names the real one)."""
+    raw = job.get("spec")
+    spec = raw if isinstance(raw, dict) else {}
+    limit = validation.INT32_MAX
+    try:
+        submitted = submitted_at(job)
+    except InvalidInputError:
+        submitted = 0.0
+    return model.PendingJob(
+        key=key_of(job),
+        uid=str((job.get("metadata") or {}).get("uid") or ""),
+        tenant=model.Tenant(tenant or ""),
+        tier=str(spec.get("tier") or ""),
+        priority=_bounded(spec.get("priority"), default=0, low=-limit, high=limit),
+        replicas=_bounded(spec.get("replicas"), default=1, low=1, high=limit),
+        devices_per_replica=_bounded(spec.get("devicesPerReplica"), default=1, low=1, high=limit),
+        device_class=str(spec.get("deviceClassName") or DEFAULT_DEVICE_CLASS),
+        submitted_at=submitted,
     )

@@ -1,7 +1,9 @@
 """Simulated kubelets: bound pods start, become Ready, run for a while and finish.
 
 Owns pod lifecycle after binding: Running and Ready after `ready_seconds`; after the pod's
-`sim.gangq.dev/run-seconds` the container exits with `sim.gangq.dev/exit-code`: the pod ends
+`sim.gangq.dev/run-seconds` the container exits with `sim.gangq.dev/exit-code` (and, when
+set, `sim.gangq.dev/exit-reason` such as OOMKilled and `sim.gangq.dev/termination-message`,
+as the container's terminated state would carry them): the pod ends
 Succeeded or Failed, or restarts in place when its restartPolicy says so; what each container
 run writes goes to `logs` (see `podlogs.py`); the grace-0 delete
 that completes a graceful deletion; node failure (NotReady + taint, pods lose Ready) and device
@@ -23,6 +25,8 @@ from gangq.queue.kubesim.validation import pods
 
 RUN_SECONDS = "sim.gangq.dev/run-seconds"
 EXIT_CODE = "sim.gangq.dev/exit-code"
+EXIT_REASON = "sim.gangq.dev/exit-reason"
+TERMINATION_MESSAGE = "sim.gangq.dev/termination-message"
 log = logging.getLogger(__name__)
 NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}
 
@@ -164,11 +168,15 @@ class Kubelets:
         pod = self.registry.find(kinds.PODS, namespace, name)
         if pod is None or pod["metadata"]["uid"] != uid or pod["status"].get("phase") != "Running":
             return
-        text = str((pod["metadata"].get("annotations") or {}).get(EXIT_CODE, "0"))
+        annotations = pod["metadata"].get("annotations") or {}
+        text = str(annotations.get(EXIT_CODE, "0"))
         code = int(text) if text.lstrip("-").isdigit() else 1
         now = self.registry.now()
-        reason = "Completed" if code == 0 else "Error"
-        terminated = {"terminated": {"exitCode": code, "reason": reason, "finishedAt": now}}
+        reason = annotations.get(EXIT_REASON) or ("Completed" if code == 0 else "Error")
+        state: dict[str, Any] = {"exitCode": code, "reason": reason, "finishedAt": now}
+        if annotations.get(TERMINATION_MESSAGE):
+            state["message"] = str(annotations[TERMINATION_MESSAGE])
+        terminated = {"terminated": state}
         policy = pod["spec"].get("restartPolicy", "Always")
         if policy == "Always" or (policy == "OnFailure" and code != 0):
             # The container restarts in place: the pod stays Running (and runs again).

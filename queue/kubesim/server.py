@@ -34,11 +34,14 @@ from gangq.queue.kubesim import (
 from gangq.queue.kubesim.faults import Faults
 from gangq.queue.kubesim.podlogs import PodLogs
 from gangq.queue.kubesim.registry import Registry
+from gangq.queue.kubesim.requests import RequestCounts
 from gangq.queue.kubesim.tokenreview import TokenReviews
 from gangq.queue.kubesim.validation import pods
 
 log = logging.getLogger(__name__)
 _BOOLEAN_PARAMETERS = frozenset({"watch", "allowWatchBookmarks", "sendInitialEvents"})
+_METRIC_VERBS = {"create": "POST", "update": "PUT"}
+"""kube-apiserver's verb label: the HTTP method, LIST, DELETECOLLECTION or APPLY."""
 _PATCH_TYPES = (patch.MERGE_PATCH, patch.JSON_PATCH, patch.STRATEGIC_MERGE_PATCH, patch.APPLY_PATCH)
 
 
@@ -89,6 +92,7 @@ class ApiServer:
     token: str | None = None
     address: str = "127.0.0.1:6443"
     bookmark_interval: float = 60.0
+    requests: RequestCounts = field(default_factory=RequestCounts)
     token_reviews: TokenReviews = field(default_factory=TokenReviews)
     logs: PodLogs = field(default_factory=PodLogs)
 
@@ -158,6 +162,8 @@ class ApiServer:
         parts = [part for part in request.path.split("/") if part]
         if parts == ["version"]:
             return _json(discovery.VERSION, 200)
+        if parts == ["metrics"]:
+            return web.Response(text=self.requests.exposition(), content_type="text/plain")
         if parts == ["apis", "authentication.k8s.io", "v1", "tokenreviews"]:
             return await self._token_review(request)
         types = list(self.registry.types.values())
@@ -270,7 +276,21 @@ class ApiServer:
             await asyncio.sleep(delay)
         if is_watch:
             return await self._watch(request, target, query)
-        return await self._dispatch(request, target, verb, query)
+        counted = _METRIC_VERBS.get(verb, verb.upper())
+        if verb == "patch" and request.content_type == patch.APPLY_PATCH:
+            counted = "APPLY"
+        try:
+            response = await self._dispatch(request, target, verb, query)
+        except status.ApiError as error:
+            self._count(target, counted, error.code)
+            raise
+        self._count(target, counted, response.status)
+        return response
+
+    def _count(self, target: Target, verb: str, code: int) -> None:
+        self.requests.count(
+            verb=verb, resource=target.rt.plural, subresource=target.subresource or "", code=code
+        )
 
     @staticmethod
     def _verb(method: str, target: Target, *, watch: bool) -> str:

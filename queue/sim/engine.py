@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gangq.queue.core import prediction
 from gangq.queue.core.device import DeviceId
 from gangq.queue.core.errors import GangqError
 from gangq.queue.core.model import (
@@ -29,8 +30,10 @@ from gangq.queue.core.model import (
 from gangq.queue.sim import cluster, stall
 from gangq.queue.sim.outcome import JobRecord, Outcome, Timeline
 from gangq.queue.sim.policy import SimPolicy
-from gangq.queue.sim.trace import Trace
+from gangq.queue.sim.trace import Trace, TraceJob
 
+SLIP_TOLERANCE_S = 60.0
+"""A reservation moving later by less than this is not counted as a slip."""
 EVICTION_GRACE_S = 30.0
 """Kubernetes' default termination grace period: a victim holds its devices (marked evicting,
 which the core counts as coming free for its preemptor) until its pods are gone; then the gang
@@ -83,9 +86,16 @@ class Simulation:
             policy=policy.name,
             trace=trace,
             records={},
-            timeline=Timeline(allocated_by_tier={t.name: [] for t in DEFAULT_TIERS}),
+            timeline=Timeline(
+                allocated_by_tier={t.name: [] for t in DEFAULT_TIERS},
+                held_by_tenant={tenant: [] for tenant in trace.tenants},
+                wanted_by_tenant={tenant: [] for tenant in trace.tenants},
+            ),
         )
         self._was_blocked = False
+        self._now = 0.0
+        self.predictor = prediction.RuntimePredictor()
+        """Fed with every run that ends by itself, as the store feeds the controller's."""
 
     def run(self, *, on_progress: ProgressCallback | None = None) -> Outcome:
         started = time.perf_counter()
@@ -93,7 +103,7 @@ class Simulation:
         self._sample(0.0)
         next_report = 0.0
         while self.events and self.events[0].time <= horizon:
-            now = self.events[0].time
+            now = self._now = self.events[0].time
             changed = False
             while self.events and self.events[0].time == now:
                 changed = self._handle(heapq.heappop(self.events)) or changed
@@ -126,6 +136,7 @@ class Simulation:
             self._end_eviction(record, now=event.time)
             return True
         if event.kind is EventKind.FINISH and record.started_at is not None:
+            self._learn(record, now=event.time)
             self._release(record)
             record.finished_at = event.time
             return True
@@ -215,10 +226,30 @@ class Simulation:
             record.waited_s += now - record.pending_since
             record.pending_since = None
         self.waiting.pop(record.job.key, None)
-        run_s = record.job.run_s
+        job = record.job
+        predicted = self.predictor.predict(_shape(job), max_runtime_s=job.max_runtime_s)
+        if record.predicted_run_s is None:
+            record.predicted_run_s = predicted
+        record.predicted_end = None
+        if predicted is not None:
+            record.predicted_end = now + max(predicted - record.progress_s, 0.0)
+        run_s = job.run_s
         if run_s is not None:
-            event = Event(now + run_s, EventKind.FINISH, record.job.key, record.attempt)
+            left = max(run_s - record.progress_s, 0.0)
+            event = Event(now + left, EventKind.FINISH, job.key, record.attempt)
             heapq.heappush(self.events, event)
+
+    def _learn(self, record: JobRecord, *, now: float) -> None:
+        """A run that ended by itself teaches the predictor (one code path with the store)."""
+        job = record.job
+        run_s = job.run_s
+        if run_s is None:
+            return
+        self.predictor.record(
+            prediction.FinishedRun(shape=_shape(job), runtime_s=run_s, ended_at=now)
+        )
+        if record.predicted_run_s is not None:
+            self.outcome.predictions.append((record.predicted_run_s, run_s))
 
     def _release(self, record: JobRecord) -> None:
         for replica in record.placement.values():
@@ -247,10 +278,14 @@ class Simulation:
                 heapq.heappush(self.events, event)
 
     def _end_eviction(self, record: JobRecord, *, now: float) -> None:
-        """The victim's pods are gone: its work is lost and it queues again with its original
-        submission time (PendingJob.submitted_at is always the arrival)."""
+        """The victim's pods are gone: its work since its last checkpoint is lost and it queues
+        again with its original submission time (PendingJob.submitted_at is always the
+        arrival), to resume from that checkpoint."""
         if record.started_at is not None:
-            self.outcome.device_seconds_lost += record.held_devices * (now - record.started_at)
+            ran = now - record.started_at
+            saved = _checkpointed(ran, interval=record.job.checkpoint_interval_s)
+            record.progress_s += saved
+            self.outcome.device_seconds_lost += record.held_devices * (ran - saved)
         self._release(record)
         record.attempt += 1
         if record.pending_since is None:
@@ -258,14 +293,25 @@ class Simulation:
         self.waiting[record.job.key] = record
 
     def _note_reservations(self, result: CycleResult, *, now: float) -> None:
+        """Remember each job's first promise, and every move of its reservation later, by
+        cause (rule 5: an outlived prediction, else a higher-ordered job)."""
         for reservation in result.reservations:
             record = self.records.get(reservation.job)
-            if record is not None and record.promised_start is None:
+            if record is None:
+                continue
+            if record.promised_start is None:
                 record.promised_start = reservation.start_at
                 record.promised_at = now
+            before = record.reserved_start
+            if before is not None and reservation.start_at > max(before, now) + SLIP_TOLERANCE_S:
+                cause = "outlived" if reservation.outlived else "arrival"
+                moved = reservation.start_at - max(before, now)
+                self.outcome.slips.setdefault(cause, []).append(moved)
+            record.reserved_start = reservation.start_at
 
     def _snapshot(self) -> Snapshot:
         device_class = self.trace.cluster.device_class
+        now = self._now
         running = tuple(
             RunningJob(
                 key=record.job.key,
@@ -280,6 +326,9 @@ class Simulation:
                 borrowed=record.borrowed,
                 is_evicting=record.evicting_since is not None,
                 submitted_at=record.job.arrival_s,
+                predicted_end_at=record.predicted_end,
+                last_checkpoint_at=_last_checkpoint(record, now=now),
+                checkpoint_interval_s=record.job.checkpoint_interval_s,
             )
             for record in self.holding.values()
         )
@@ -298,6 +347,7 @@ class Simulation:
                 topology=job.topology,
                 submitted_at=job.arrival_s,
                 max_runtime_s=job.max_runtime_s,
+                predicted_runtime_s=self._predicted_left(job),
             )
             for job in sorted(
                 (r.job for r in self.waiting.values()), key=lambda j: (j.arrival_s, j.key)
@@ -307,21 +357,40 @@ class Simulation:
             inventory=self.inventory, quotas=self.trace.quotas, running=running, pending=pending
         )
 
+    def _predicted_left(self, job: TraceJob) -> float | None:
+        """The predicted rest of a waiting job's run: its prediction less the work it saved."""
+        predicted = self.predictor.predict(_shape(job), max_runtime_s=job.max_runtime_s)
+        if predicted is None:
+            return None
+        record = self.records[job.key]
+        return max(predicted - record.progress_s, 0.0)
+
     def _sample(self, now: float) -> None:
-        allocated = {tier: 0 for tier in self.outcome.timeline.allocated_by_tier}
+        timeline = self.outcome.timeline
+        allocated = {tier: 0 for tier in timeline.allocated_by_tier}
+        held_by_tenant = {tenant: 0 for tenant in timeline.held_by_tenant}
+        wanted_by_tenant = {tenant: 0 for tenant in timeline.wanted_by_tenant}
         partial_held = 0
         for record in self.holding.values():
             held = record.held_devices
             allocated[record.job.tier] = allocated.get(record.job.tier, 0) + held
+            held_by_tenant[record.job.tenant] = held_by_tenant.get(record.job.tenant, 0) + held
             if record.is_partial:
                 partial_held += held
-        wanted = sum(r.job.device_count - r.held_devices for r in self.waiting.values())
-        self.outcome.timeline.append(
+        wanted = 0
+        for record in self.waiting.values():
+            more = record.job.device_count - record.held_devices
+            wanted += more
+            tenant = record.job.tenant
+            wanted_by_tenant[tenant] = wanted_by_tenant.get(tenant, 0) + more
+        timeline.append(
             now,
             allocated=allocated,
             pending=len(self.waiting),
             demand=len(self.holder) + wanted,
             partial_held=partial_held,
+            held_by_tenant=held_by_tenant,
+            wanted_by_tenant=wanted_by_tenant,
         )
 
     def _close(self, horizon: float) -> None:
@@ -331,6 +400,32 @@ class Simulation:
                 record.waited_s += horizon - record.pending_since
                 record.pending_since = None
         self._sample(horizon)
+
+
+def _shape(job: TraceJob) -> prediction.RunShape:
+    family = job.family or prediction.family_of(job.key.rpartition("/")[2])
+    return prediction.RunShape(
+        tenant=job.tenant,
+        tier=job.tier,
+        replicas=job.replicas,
+        devices_per_replica=job.devices_per_replica,
+        family=family,
+    )
+
+
+def _checkpointed(ran_s: float, *, interval: float | None) -> float:
+    """Work saved by a run of `ran_s` seconds that checkpoints every `interval` seconds."""
+    if interval is None or ran_s <= 0:
+        return 0.0
+    return (ran_s // interval) * interval
+
+
+def _last_checkpoint(record: JobRecord, *, now: float) -> float | None:
+    interval = record.job.checkpoint_interval_s
+    if record.started_at is None or interval is None:
+        return None
+    saved = _checkpointed(now - record.started_at, interval=interval)
+    return record.started_at + saved if saved > 0 else None
 
 
 def simulate(

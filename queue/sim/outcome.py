@@ -37,6 +37,14 @@ class JobRecord:
     promised_start: float | None = None
     """First backfill reservation start the policy gave this job (rule 5)."""
     promised_at: float | None = None
+    reserved_start: float | None = None
+    """The latest reservation start the policy gave this job, to see it move."""
+    progress_s: float = 0.0
+    """Work saved in checkpoints by earlier attempts: a restart resumes from there."""
+    predicted_end: float | None = None
+    """When the current attempt is predicted to end (from the runs finished before it)."""
+    predicted_run_s: float | None = None
+    """The whole run as predicted when the job first started (for the prediction error)."""
 
     @property
     def held_devices(self) -> int:
@@ -58,6 +66,9 @@ class Timeline:
     """Devices held plus devices still wanted by waiting jobs."""
     partial_held: list[int] = field(default_factory=list)
     """Devices held by gangs that are not complete (idle until their last replica starts)."""
+    held_by_tenant: dict[str, list[int]] = field(default_factory=dict)
+    wanted_by_tenant: dict[str, list[int]] = field(default_factory=dict)
+    """Devices still wanted by each tenant's waiting jobs (its demand beyond what it holds)."""
 
     def append(
         self,
@@ -67,17 +78,29 @@ class Timeline:
         pending: int,
         demand: int,
         partial_held: int,
+        held_by_tenant: dict[str, int],
+        wanted_by_tenant: dict[str, int],
     ) -> None:
+        columns = [
+            *self.allocated_by_tier.values(),
+            *self.held_by_tenant.values(),
+            *self.wanted_by_tenant.values(),
+        ]
         if self.times and self.times[-1] == time:
             self.times.pop()
-            for column in self.allocated_by_tier.values():
+            for column in columns:
                 column.pop()
             self.pending_jobs.pop()
             self.demand.pop()
             self.partial_held.pop()
         self.times.append(time)
-        for tier, count in allocated.items():
-            self.allocated_by_tier.setdefault(tier, [0] * (len(self.times) - 1)).append(count)
+        for values, table in (
+            (allocated, self.allocated_by_tier),
+            (held_by_tenant, self.held_by_tenant),
+            (wanted_by_tenant, self.wanted_by_tenant),
+        ):
+            for name, count in values.items():
+                table.setdefault(name, [0] * (len(self.times) - 1)).append(count)
         self.pending_jobs.append(pending)
         self.demand.append(demand)
         self.partial_held.append(partial_held)
@@ -94,7 +117,12 @@ class Outcome:
     cycles: int = 0
     evictions: int = 0
     device_seconds_lost: float = 0.0
-    """Device-time of evicted gangs' work, lost because they restart from the beginning."""
+    """Device-time of evicted gangs' work since their last checkpoint (they resume from it)."""
+    slips: dict[str, list[float]] = field(default_factory=dict)
+    """Seconds each reservation moved later, by cause: `outlived` (a gang it waited on ran
+    past its prediction) or `arrival` (a higher-ordered job took the devices first)."""
+    predictions: list[tuple[float, float]] = field(default_factory=list)
+    """(predicted, actual) run of every job that ran to its end, predicted at first start."""
     gang_start_failures: int = 0
     """Partial gangs torn down because their last replica did not start in time."""
     deadlocks: int = 0

@@ -8,6 +8,7 @@ except caches (the CEL matcher).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Protocol
 
 from gangq.queue.core import cycle
@@ -41,8 +42,10 @@ class GangqPolicy:
 
     name = "gangq"
 
-    def __init__(self, *, device_class: str) -> None:
-        self.policy = Policy(managed_device_classes=(device_class,))
+    def __init__(self, *, device_class: str, policy: Policy | None = None) -> None:
+        """`policy` carries tiers and knobs (from a settings file); default: the product's."""
+        base = policy if policy is not None else Policy()
+        self.policy = dataclasses.replace(base, managed_device_classes=(device_class,))
         self.matcher = DeviceMatcher()
         self._tiers = {tier.name: tier for tier in self.policy.tiers}
 
@@ -51,7 +54,7 @@ class GangqPolicy:
 
     def wake_at(self, snapshot: Snapshot, *, now: float) -> float | None:
         """When the first gang a pending job could preempt outgrows its tier's protection, or
-        the first pending job has waited out its tier's preemption delay."""
+        the first pending job has waited out its tier's preemption delay or reclaim patience."""
         if not snapshot.pending:
             return None
         tiers = self._tiers
@@ -62,18 +65,18 @@ class GangqPolicy:
             if tiers[job.tier].rank < top
             and (end := job.started_at + tiers[job.tier].min_runtime_before_preemption_s) > now
         ]
-        ends.extend(
-            end
-            for job in snapshot.pending
-            if (end := job.submitted_at + tiers[job.tier].preemption_delay_s) > now
-        )
+        for job in snapshot.pending:
+            tier = tiers[job.tier]
+            for wait in (tier.preemption_delay_s, tier.reclaim_within_s):
+                if (end := job.submitted_at + wait) > now:
+                    ends.append(end)
         return min(ends, default=None)
 
 
-def create(name: str, *, device_class: str) -> SimPolicy:
-    """A fresh policy by its command-line name."""
+def create(name: str, *, device_class: str, settings: Policy | None = None) -> SimPolicy:
+    """A fresh policy by its command-line name; `settings` configure gangq's."""
     if name == "gangq":
-        return GangqPolicy(device_class=device_class)
+        return GangqPolicy(device_class=device_class, policy=settings)
     if name == "fifo-strict":
         return fifo.FifoPolicy(strict=True)
     if name == "fifo-besteffort":

@@ -1,8 +1,9 @@
 """The reference trace: the product's three worlds on 8 nodes x 8 H100 in 2 racks, by seed.
 
 Owns the generator only: steady prod inference (2 x 8, never ending) with a daily scale-up
-replica at the afternoon peak, 4x8 and 2x8 training gangs from two tenants, and a diurnal swarm
-of short 1-GPU jobs. The same seed and days give the same trace, job for job.
+replica at the afternoon peak, 4x8 and 2x8 training gangs from two tenants (most of them
+checkpointing every 30-60 min), and a diurnal swarm of short 1-GPU jobs that never checkpoint.
+The same seed and days give the same trace, job for job.
 """
 
 from __future__ import annotations
@@ -46,13 +47,15 @@ QUOTAS = (
 
 @dataclass(frozen=True, slots=True)
 class GangStream:
-    """Poisson arrivals of one training gang shape for one tenant."""
+    """Poisson arrivals of one training gang shape for one tenant; `checkpointing` of its
+    gangs save a checkpoint every 30 to 60 minutes."""
 
     tenant: str
     replicas: int
     mean_interval_s: float
     runtime_s: tuple[float, float]
     topology: Topology = trace.NO_TOPOLOGY
+    checkpointing: float = 0.0
 
 
 GANG_STREAMS = (
@@ -62,13 +65,23 @@ GANG_STREAMS = (
         24 * HOUR,
         (4 * HOUR, 14 * HOUR),
         Topology(RACK_LABEL, TopologyMode.PREFERRED),
+        checkpointing=0.8,
     ),
-    GangStream("ml-train", 2, 9 * HOUR, (1 * HOUR, 6 * HOUR)),
-    GangStream("research", 2, 10 * HOUR, (1 * HOUR, 5 * HOUR)),
+    GangStream("ml-train", 2, 9 * HOUR, (1 * HOUR, 6 * HOUR), checkpointing=0.6),
+    GangStream("research", 2, 10 * HOUR, (1 * HOUR, 5 * HOUR), checkpointing=0.4),
     GangStream(
-        "research", 4, 48 * HOUR, (3 * HOUR, 8 * HOUR), Topology(RACK_LABEL, TopologyMode.PREFERRED)
+        "research",
+        4,
+        48 * HOUR,
+        (3 * HOUR, 8 * HOUR),
+        Topology(RACK_LABEL, TopologyMode.PREFERRED),
+        checkpointing=0.7,
     ),
 )
+FAMILIES_PER_STREAM = 3
+"""A stream's runs come from this many job families, each covering a third of its runtime
+range: runs of one family are alike, as a model's successive fine-tunes are."""
+CHECKPOINT_INTERVAL_S = (30 * 60.0, 60 * 60.0)
 SMALL_MEAN_INTERVAL_S = 100.0
 SMALL_MEAN_RUNTIME_S = 12 * 60.0
 SMALL_MAX_RUNTIME_S = 30 * 60.0
@@ -103,11 +116,21 @@ def _prod(rng: random.Random, *, days: int) -> Iterator[TraceJob]:
         )
 
 
-def _gangs(rng: random.Random, stream: GangStream, *, horizon: float) -> Iterator[TraceJob]:
+def _gangs(
+    rng: random.Random, habits: random.Random, stream: GangStream, *, horizon: float
+) -> Iterator[TraceJob]:
+    """`habits` draws checkpointing apart from `rng`, so arrivals and runs stay the same."""
     arrival = rng.expovariate(1 / stream.mean_interval_s)
     index = 0
+    low, high = stream.runtime_s
     while arrival < horizon:
-        runtime = round(rng.uniform(*stream.runtime_s))
+        runtime = round(rng.uniform(low, high))
+        band = min(
+            int((runtime - low) / (high - low) * FAMILIES_PER_STREAM), FAMILIES_PER_STREAM - 1
+        )
+        checkpoint = None
+        if habits.random() < stream.checkpointing:
+            checkpoint = round(habits.uniform(*CHECKPOINT_INTERVAL_S))
         yield TraceJob(
             key=JobKey(f"{stream.tenant}/train-{stream.replicas}x8-{index}"),
             arrival_s=round(arrival),
@@ -118,6 +141,8 @@ def _gangs(rng: random.Random, stream: GangStream, *, horizon: float) -> Iterato
             runtime_s=runtime,
             max_runtime_s=_bound(runtime),
             topology=stream.topology,
+            checkpoint_interval_s=checkpoint,
+            family=f"train-{stream.replicas}x8-{'abc'[band]}",
         )
         index += 1
         arrival += rng.expovariate(1 / stream.mean_interval_s)
@@ -155,9 +180,10 @@ def generate(*, seed: int, days: int = 7) -> Trace:
     """The reference trace over `days` simulated days; jobs sorted by arrival."""
     horizon = days * DAY
     rng = random.Random(seed)
+    habits = random.Random(f"checkpoints-{seed}")
     jobs = list(_prod(rng, days=days))
     for stream in GANG_STREAMS:
-        jobs.extend(_gangs(rng, stream, horizon=horizon))
+        jobs.extend(_gangs(rng, habits, stream, horizon=horizon))
     jobs.extend(_small(rng, horizon=horizon))
     jobs.sort(key=lambda job: (job.arrival_s, job.key))
     return Trace(cluster=CLUSTER, quotas=QUOTAS, jobs=tuple(jobs), horizon_s=horizon)

@@ -106,6 +106,81 @@ def _slip(records: Iterable[JobRecord], *, horizon: float) -> float | None:
     return max(slips, default=None)
 
 
+def _water_fill(
+    capacity: float, demands: Mapping[str, float], weights: Mapping[str, float]
+) -> dict[str, float]:
+    """Max-min fair shares by weight: each tenant gets capacity in proportion to its weight,
+    never more than its demand; what a satisfied tenant leaves goes to the others."""
+    shares = {tenant: 0.0 for tenant in demands}
+    active = {tenant for tenant, demand in demands.items() if demand > 0}
+    left = capacity
+    while active and left > 1e-9:
+        total = sum(weights[t] for t in active)
+        offer = {t: left * weights[t] / total for t in active}
+        satisfied = {t for t in active if demands[t] - shares[t] <= offer[t]}
+        if not satisfied:
+            for t in active:
+                shares[t] += offer[t]
+            break
+        for t in satisfied:
+            left -= demands[t] - shares[t]
+            shares[t] = demands[t]
+        active -= satisfied
+    return shares
+
+
+def fairness(outcome: Outcome) -> dict[str, Any]:
+    """Jain's index over tenants of (device-time used / fair share while they had demand).
+
+    A tenant's fair share at each instant is its max-min share of the capacity by weight,
+    capped by its demand (devices held plus wanted by its waiting jobs) and its quota limit
+    (`nominal + borrowingLimit`); 1.0 means every tenant got the same fraction of its share."""
+    trace = outcome.trace
+    timeline = outcome.timeline
+    quotas = {str(q.tenant): q for q in trace.quotas}
+    weights = {t: quotas[t].weight for t in quotas}
+    limits = {t: float(quotas[t].nominal + quotas[t].borrowing_limit) for t in quotas}
+    used = dict.fromkeys(quotas, 0.0)
+    fair = dict.fromkeys(quotas, 0.0)
+    held, wanted = timeline.held_by_tenant, timeline.wanted_by_tenant
+    capacity = float(trace.cluster.capacity)
+    for i in range(len(timeline.times) - 1):
+        span = timeline.times[i + 1] - timeline.times[i]
+        if span <= 0:
+            continue
+        demands = {
+            t: min(limits[t], held.get(t, [0] * (i + 1))[i] + wanted.get(t, [0] * (i + 1))[i])
+            for t in quotas
+        }
+        shares = _water_fill(capacity, demands, weights)
+        for t in quotas:
+            if demands[t] > 0:
+                fair[t] += shares[t] * span
+                used[t] += held.get(t, [0] * (i + 1))[i] * span
+    ratios = {t: used[t] / fair[t] for t in quotas if fair[t] > 0}
+    values = list(ratios.values())
+    squares = sum(v * v for v in values)
+    index = (sum(values) ** 2) / (len(values) * squares) if squares > 0 else None
+    return {"jain": index, "share_ratio": ratios}
+
+
+def _prediction_error(outcome: Outcome) -> float | None:
+    """Median of |predicted - actual| / actual over runs that ended by themselves."""
+    errors = sorted(abs(p - a) / a for p, a in outcome.predictions if a > 0)
+    return percentile(errors, 0.5)
+
+
+def _slips_by_cause(outcome: Outcome) -> dict[str, dict[str, float | int]]:
+    return {
+        cause: {
+            "count": len(outcome.slips.get(cause, [])),
+            "max_s": max(outcome.slips.get(cause, [0.0]), default=0.0),
+            "total_s": sum(outcome.slips.get(cause, [])),
+        }
+        for cause in ("outlived", "arrival")
+    }
+
+
 def summarize(outcome: Outcome) -> dict[str, Any]:
     """The figures of one policy; the keys are documented in docs/sim.md."""
     trace = outcome.trace
@@ -127,6 +202,10 @@ def summarize(outcome: Outcome) -> dict[str, Any]:
         "deadlocks": outcome.deadlocks,
         "preemptions": outcome.evictions,
         "device_hours_lost": outcome.device_seconds_lost / HOUR,
+        "lost_fraction": outcome.device_seconds_lost / (capacity * trace.horizon_s),
+        "fairness": fairness(outcome),
+        "prediction_error": _prediction_error(outcome),
+        "reservation_slips": _slips_by_cause(outcome),
         "wait_p50_s": {tier: stats["p50"] for tier, stats in waits_by_tier.items()},
         "wait_p95_s": {tier: stats["p95"] for tier, stats in waits_by_tier.items()},
         "wait_max_s": {tier: stats["max"] for tier, stats in waits_by_tier.items()},
@@ -146,6 +225,10 @@ def _hours(seconds: Any) -> str:
     return "-" if seconds is None else f"{seconds / HOUR:.2f}h"
 
 
+def _ratio(value: Any) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def _percent(value: Any) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
@@ -162,6 +245,9 @@ def _rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("deadlocks (gangs blocking each other)", str(summary["deadlocks"])),
         ("preemptions (gangs evicted)", str(summary["preemptions"])),
         ("device-hours lost to preemption", f"{summary['device_hours_lost']:.1f}"),
+        ("lost fraction (lost / capacity)", _percent(summary["lost_fraction"])),
+        ("fairness (Jain, tenants' share ratios)", _ratio(summary["fairness"]["jain"])),
+        ("prediction error (median |p - a| / a)", _percent(summary["prediction_error"])),
     ]
     for tier in tiers:
         rows.append(
@@ -180,6 +266,13 @@ def _rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows += [
         ("longest gang wait", _hours(summary["max_gang_wait_s"])),
         ("longest start past reservation", _hours(summary["max_reservation_slip_s"])),
+        *(
+            (
+                f"reservation slips: {cause}",
+                f"{figures['count']} (max {_hours(figures['max_s'])})",
+            )
+            for cause, figures in summary["reservation_slips"].items()
+        ),
         ("jobs never started", str(summary["never_started"])),
         ("cycles", str(summary["cycles"])),
         ("wall time", f"{summary['wall_s']:.1f}s"),
@@ -208,3 +301,91 @@ def table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
         )
         lines.append(f"{label:<{width}}{cells}")
     return "\n".join(lines)
+
+
+def worst(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The worst of several runs of one policy, figure by figure (lowest utilization and
+    fairness, highest waits, losses and partial starts): what the goals must hold against."""
+    tiers = sorted({tier for s in summaries for tier in s["wait_p95_s"]})
+
+    def highest(values: Iterable[Any]) -> Any:
+        present = [v for v in values if v is not None]
+        return max(present, default=None)
+
+    def lowest(values: Iterable[Any]) -> Any:
+        present = [v for v in values if v is not None]
+        return min(present, default=None)
+
+    return {
+        "utilization_useful": lowest(s["utilization_useful"] for s in summaries),
+        "lost_fraction": highest(s["lost_fraction"] for s in summaries),
+        "partial_starts": highest(s["partial_starts"] for s in summaries),
+        "fairness_jain": lowest(s["fairness"]["jain"] for s in summaries),
+        "prediction_error": highest(s["prediction_error"] for s in summaries),
+        "wait_p95_s": {
+            tier: highest(s["wait_p95_s"].get(tier) for s in summaries) for tier in tiers
+        },
+    }
+
+
+SEED_COLUMNS = ("useful", "lost", "prod p95", "training p95", "small p95", "partial", "jain")
+
+
+def _seed_cells(
+    useful: Any, lost: Any, waits: Mapping[str, Any], partial: Any, jain: Any
+) -> list[str]:
+    return [
+        _percent(useful),
+        _percent(lost),
+        _hours(waits.get("prod-inference")),
+        _hours(waits.get("training")),
+        _hours(waits.get("small")),
+        str(partial),
+        _ratio(jain),
+    ]
+
+
+def seeds_table(
+    by_seed: Mapping[int, Mapping[str, Mapping[str, Any]]],
+    *,
+    worst: Mapping[str, Mapping[str, Any]],
+) -> str:
+    """One row per seed and policy with the goal figures, then each policy's worst row."""
+    rows: list[list[str]] = [["seed", "policy", *SEED_COLUMNS]]
+    for seed, policies in by_seed.items():
+        for name, s in policies.items():
+            rows.append(
+                [
+                    str(seed),
+                    name,
+                    *_seed_cells(
+                        s["utilization_useful"],
+                        s["lost_fraction"],
+                        s["wait_p95_s"],
+                        s["partial_starts"],
+                        s["fairness"]["jain"],
+                    ),
+                ]
+            )
+    for name, w in worst.items():
+        rows.append(
+            [
+                "worst",
+                name,
+                *_seed_cells(
+                    w["utilization_useful"],
+                    w["lost_fraction"],
+                    w["wait_p95_s"],
+                    w["partial_starts"],
+                    w["fairness_jain"],
+                ),
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(width) if i < 2 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    )

@@ -63,6 +63,12 @@ class TraceJob:
     constraints: tuple[str, ...] = ()
     topology: Topology = NO_TOPOLOGY
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
+    checkpoint_interval_s: float | None = None
+    """The job saves a checkpoint this often while it runs; an eviction loses only the work
+    since the last one and the job resumes from it. None: it never checkpoints."""
+    family: str | None = None
+    """Runs of one family are alike (prediction history); None: the name without its
+    numeric suffix (`prediction.family_of`)."""
 
     @property
     def device_count(self) -> int:
@@ -141,6 +147,10 @@ class _Job(_Model):
     startup_timeout: float = pydantic.Field(
         DEFAULT_STARTUP_TIMEOUT_S, gt=0, allow_inf_nan=False, alias="startupTimeout"
     )
+    checkpoint_interval: float | None = pydantic.Field(
+        None, gt=0, allow_inf_nan=False, alias="checkpointInterval"
+    )
+    family: str | None = pydantic.Field(None, min_length=1)
 
 
 class _Header(_Model):
@@ -184,6 +194,8 @@ def _job(raw: _Job, *, index: int) -> TraceJob:
         constraints=raw.constraints,
         topology=topology,
         startup_timeout_s=raw.startup_timeout,
+        checkpoint_interval_s=raw.checkpoint_interval,
+        family=raw.family,
     )
 
 
@@ -359,6 +371,8 @@ def _job_document(job: TraceJob) -> dict[str, Any]:
         "priority": job.priority or None,
         "selectors": list(job.selectors) or None,
         "constraints": list(job.constraints) or None,
+        "checkpointInterval": job.checkpoint_interval_s,
+        "family": job.family,
     }
     document.update({key: value for key, value in optional.items() if value is not None})
     if job.topology.mode is not TopologyMode.NONE:

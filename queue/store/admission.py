@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core import cycle, model
 from gangq.queue.core.cel import DeviceMatcher
-from gangq.queue.store import events, leader, reservations, snapshot, timestamps
+from gangq.queue.store import events, leader, reservations, runs, snapshot, timestamps
 from gangq.queue.store.errors import StoreError
 from gangq.queue.store.models import EventKind
 
@@ -49,6 +49,15 @@ SET_PENDING = text(
                 CAST(:positions AS integer[]), CAST(:starts AS timestamptz[]))
          AS u(id, code, message, position, reserved_start_at)
     WHERE jobs.id = u.id
+    """
+)
+FAIL_INVALID = text(
+    """
+    UPDATE jobs SET phase = 'Failed', finished_at = :at, updated_at = :at,
+           pending_code = 'invalid', pending_message = u.message, queue_position = NULL,
+           reserved_start_at = NULL
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:messages AS text[])) AS u(id, message)
+    WHERE jobs.id = u.id AND jobs.phase = 'Queued'
     """
 )
 _CONNECTION_ERRORS = (
@@ -168,16 +177,23 @@ async def _write_preemptions(
 
 
 async def _write_pending(
-    session: AsyncSession, result: model.CycleResult, *, loaded: snapshot.Loaded
+    session: AsyncSession,
+    result: model.CycleResult,
+    *,
+    loaded: snapshot.Loaded,
+    now: float,
+    actor: str,
 ) -> None:
     """Store reasons, positions and reserved starts, touching only the jobs whose values changed.
 
     A reserved start belongs to the job the core reserved for in this cycle (rule 5); a job that
-    no longer holds the reservation loses it, so a stale ETA is never shown.
+    no longer holds the reservation loses it, so a stale ETA is never shown. A job found
+    invalid ends Failed with its reason (module `refusals` queues it again once fixed).
     """
     admitted = {admission.job for admission in result.admissions}
     starts = {reservation.job: reservation.start_at for reservation in result.reservations}
     changed: list[tuple[int, str | None, str | None, int | None, datetime | None]] = []
+    invalid: list[tuple[snapshot.JobColumns, str]] = []
     for row in loaded.queued:
         key = snapshot.key_of(row)
         if key in admitted:
@@ -186,6 +202,9 @@ async def _write_pending(
         code, message = (str(reason.code), reason.message) if reason else (None, None)
         if row.id in loaded.unreadable:
             code, message = "invalid", loaded.unreadable[row.id]
+        if code == "invalid" and message is not None:
+            invalid.append((row, message))
+            continue
         start = starts.get(key)
         values = (
             code,
@@ -208,6 +227,43 @@ async def _write_pending(
                 "starts": list(reserved),
             },
         )
+    await _fail_invalid(session, invalid, now=now, actor=actor)
+
+
+async def _fail_invalid(
+    session: AsyncSession,
+    invalid: Sequence[tuple[snapshot.JobColumns, str]],
+    *,
+    now: float,
+    actor: str,
+) -> None:
+    """Queued jobs the core found invalid (the configuration changed since they were queued,
+    or their stored spec cannot be read) end Failed: a spec to fix is not a wait."""
+    if not invalid:
+        return
+    await session.execute(
+        FAIL_INVALID,
+        {
+            "at": timestamps.to_datetime(now),
+            "ids": [row.id for row, _ in invalid],
+            "messages": [message for _, message in invalid],
+        },
+    )
+    await events.record(
+        session,
+        [
+            _job_event(
+                row,
+                snapshot.key_of(row),
+                kind=EventKind.FAILED,
+                actor=actor,
+                now=now,
+                reason=message,
+                details={},
+            )
+            for row, message in invalid
+        ],
+    )
 
 
 async def cycle_in_transaction(
@@ -219,17 +275,21 @@ async def cycle_in_transaction(
     matcher: DeviceMatcher,
     epoch: int,
     actor: str = "controller",
+    estimator: runs.Estimator | None = None,
 ) -> model.CycleResult:
-    """One cycle inside the caller's transaction; the caller commits or rolls back."""
+    """One cycle inside the caller's transaction; the caller commits or rolls back.
+
+    With an `estimator` the core plans on predicted runtimes (rule 5), else on runtime bounds.
+    """
     await session.execute(SERIALIZE_CYCLES, {"key": CYCLE_LOCK_KEY})
     await leader.fence(session, epoch)
-    loaded = await snapshot.load(session, inventory, now=now)
+    loaded = await snapshot.load(session, inventory, now=now, estimator=estimator)
     result = cycle.run_cycle(snapshot=loaded.snapshot, policy=policy, now=now, matcher=matcher)
     await _write_admissions(session, result.admissions, queued=loaded.pending, now=now, actor=actor)
     await _write_preemptions(
         session, result.preemptions, holding=loaded.holding, now=now, actor=actor
     )
-    await _write_pending(session, result, loaded=loaded)
+    await _write_pending(session, result, loaded=loaded, now=now, actor=actor)
     # An idle cycle (nothing admitted or preempted) runs every few seconds: DEBUG.
     logger.log(
         logging.INFO if result.admissions or result.preemptions else logging.DEBUG,
@@ -263,6 +323,7 @@ async def run(
     epoch: int,
     actor: str = "controller",
     retry_delays_s: Sequence[float] = RETRY_DELAYS_S,
+    estimator: runs.Estimator | None = None,
 ) -> model.CycleResult:
     """Run one cycle in its own transaction; a lost connection re-runs it on a new one.
 
@@ -280,6 +341,7 @@ async def run(
                     matcher=matcher,
                     epoch=epoch,
                     actor=actor,
+                    estimator=estimator,
                 )
         except (DBAPIError, OSError) as error:
             problem = getattr(error, "orig", None) or error

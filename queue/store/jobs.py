@@ -69,6 +69,15 @@ ENQUEUE = text(
 
 
 @dataclass(frozen=True, slots=True)
+class Outcome:
+    """Why a job ended: a CamelCase cause (Succeeded, OOMKilled, NodeLost...) and a sentence
+    naming the replica, node and exit code or cause."""
+
+    cause: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class JobRecord:
     """A job as people see it: its request, where it is in its life and why it waits."""
 
@@ -94,6 +103,8 @@ class JobRecord:
     is_evicting: bool
     reserved_start_at: float | None = None
     """Unix seconds a backfill reservation holds for this queued job (rule 5): its ETA."""
+    outcome: Outcome | None = None
+    """Why a finished job ended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +138,8 @@ def split_key(key: str) -> tuple[str, str]:
     return namespace, name
 
 
-def _validate(job: model.PendingJob) -> None:
+def validate(job: model.PendingJob) -> None:
+    """What the columns cannot hold, all named at once (integers printed as integers)."""
     split_key(job.key)
     problems = [
         f"{field} must not be empty"
@@ -140,13 +152,14 @@ def _validate(job: model.PendingJob) -> None:
         problems.append(f"replicas must be >= 1, got {job.replicas}")
     if job.devices_per_replica < 1:
         problems.append(f"devicesPerReplica must be >= 1, got {job.devices_per_replica}")
-    if job.max_runtime_s is not None and job.max_runtime_s <= 0:
-        problems.append(f"maxRuntimeSeconds must be > 0, got {job.max_runtime_s}")
+    runtime = None if job.max_runtime_s is None else round(job.max_runtime_s)
+    if runtime is not None and runtime <= 0:
+        problems.append(f"maxRuntimeSeconds must be > 0, got {runtime}")
     for field, number in (
         ("priority", job.priority),
         ("replicas", job.replicas),
         ("devicesPerReplica", job.devices_per_replica),
-        ("maxRuntimeSeconds", job.max_runtime_s or 0),
+        ("maxRuntimeSeconds", runtime or 0),
     ):
         if not _INT32_MIN <= number <= _INT32_MAX:
             problems.append(f"{field} {number} is outside the 32-bit range Kubernetes allows")
@@ -187,7 +200,7 @@ async def enqueue(
     conflict: the old one must finish or be deleted first.
     """
     for job in jobs:
-        _validate(job)
+        validate(job)
     if not jobs:
         return 0
     try:
@@ -265,17 +278,30 @@ async def mark_running(session: AsyncSession, key: str, *, at: float, actor: str
 
 
 async def finish(
-    session: AsyncSession, key: str, *, succeeded: bool, at: float, actor: str, reason: str
+    session: AsyncSession,
+    key: str,
+    *,
+    succeeded: bool,
+    at: float,
+    actor: str,
+    reason: str,
+    cause: str = "",
+    failures: Sequence[Mapping[str, object]] = (),
 ) -> None:
-    """The gang ended for good: its devices are released and its row stays for history."""
+    """The gang ended for good: its devices are released and its row stays for history.
+
+    The cause and reason stay on the row (they are the job's answer to "why did it end"),
+    and each failed replica's node, exit code and message go into the history."""
     row = await _live(session, key)
     instant = timestamps.to_datetime(at)
     freed = await reservations.release(session, [row.id], at=instant)
     row.phase = SUCCEEDED if succeeded else FAILED
     row.finished_at, row.evicting = instant, False
-    row.pending_code = row.pending_message = None
+    row.pending_code, row.pending_message = cause or None, reason
     row.queue_position = row.reserved_start_at = None
-    details = {"devices_released": freed}
+    details: dict[str, object] = {"devices_released": freed}
+    if failures:
+        details["replicas"] = list(failures)
     kind = EventKind.SUCCEEDED if succeeded else EventKind.FAILED
     await _record(session, row, kind=kind, actor=actor, at=at, reason=reason, details=details)
 
@@ -309,8 +335,10 @@ async def requeue(
     reason: str,
     preempted: bool = False,
     backoff_s: float = 0.0,
+    failures: Sequence[Mapping[str, object]] = (),
 ) -> None:
-    """Release the gang whole and queue it again with its original submission time (rule 6, 8)."""
+    """Release the gang whole and queue it again with its original submission time (rule 6, 8);
+    each failed replica's node, exit code and message go into the history."""
     row = await _live(session, key)
     instant = timestamps.to_datetime(at)
     freed = await reservations.release(session, [row.id], at=instant)
@@ -321,11 +349,14 @@ async def requeue(
         row.preemptions += 1
     else:
         row.restarts += 1
-    details = {"devices_released": freed, "backoff_s": backoff_s}
+    details: dict[str, object] = {"devices_released": freed, "backoff_s": backoff_s}
     await _record(
         session, row, kind=EventKind.RELEASED, actor=actor, at=at, reason=reason, details=details
     )
-    await _record(session, row, kind=EventKind.REQUEUED, actor=actor, at=at, reason=reason)
+    requeued = {"replicas": list(failures)} if failures else None
+    await _record(
+        session, row, kind=EventKind.REQUEUED, actor=actor, at=at, reason=reason, details=requeued
+    )
 
 
 async def suspend(session: AsyncSession, key: str, *, at: float, actor: str, reason: str) -> None:
@@ -384,8 +415,13 @@ _RECORD_COLUMNS = tuple(getattr(JobRow, name) for name in _RecordFields.__annota
 
 
 def _record_view(row: _RecordFields) -> JobRecord:
-    reason = None
-    if row.pending_code is not None:
+    reason = outcome = None
+    if row.phase in FINISHED_PHASES and row.pending_message is not None:
+        outcome = Outcome(row.pending_code or "", row.pending_message)
+    if row.pending_code is not None and (
+        row.phase not in FINISHED_PHASES or row.pending_code == explain.ReasonCode.INVALID
+    ):
+        # a job refused for its spec ended Failed, and its reason stays what REST shows
         reason = explain.PendingReason(
             explain.ReasonCode(row.pending_code), row.pending_message or ""
         )
@@ -411,6 +447,7 @@ def _record_view(row: _RecordFields) -> JobRecord:
         borrowed=row.borrowed,
         is_evicting=row.evicting,
         reserved_start_at=timestamps.optional_unix(row.reserved_start_at),
+        outcome=outcome,
     )
 
 

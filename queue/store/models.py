@@ -143,9 +143,19 @@ class JobRow(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    family: Mapped[str | None] = mapped_column(Text)
+    """Label `gangq.dev/family`; NULL: the name without its numeric suffix (rule 5)."""
+    checkpoint_interval_s: Mapped[int | None] = mapped_column(Integer)
+    """`spec.checkpointIntervalSeconds`: an eviction loses at most this much work (rule 6)."""
+    last_checkpoint_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """The latest checkpoint the job reported (annotation `gangq.dev/last-checkpoint`)."""
 
     __table_args__ = (
         CheckConstraint(f"phase IN ({_quoted(PHASES)})", name="phase_known"),
+        CheckConstraint(
+            "checkpoint_interval_s IS NULL OR checkpoint_interval_s > 0",
+            name="checkpoint_interval_positive",
+        ),
         CheckConstraint("replicas > 0", name="replicas_positive"),
         CheckConstraint("devices_per_replica > 0", name="devices_per_replica_positive"),
         CheckConstraint("borrowed >= 0", name="borrowed_not_negative"),
@@ -195,6 +205,47 @@ class ReservationRow(Base):
         ),
         Index("ix_reservations_active_job", "job_id", postgresql_where=text("released_at IS NULL")),
         Index("ix_reservations_interval", "reserved_at", "released_at"),
+    )
+
+
+class RunRow(Base):
+    """An attempt that ran to its own end: the history runtime predictions read (rule 5)."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    job_id: Mapped[int | None] = mapped_column(
+        BigInteger, ForeignKey("jobs.id", ondelete="SET NULL")
+    )
+    job_key: Mapped[str] = mapped_column(Text)
+    tenant: Mapped[str] = mapped_column(Text)
+    tier: Mapped[str] = mapped_column(Text)
+    replicas: Mapped[int] = mapped_column(Integer)
+    devices_per_replica: Mapped[int] = mapped_column(Integer)
+    family: Mapped[str] = mapped_column(Text)
+    device_class: Mapped[str] = mapped_column(Text)
+    succeeded: Mapped[bool] = mapped_column(Boolean)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    runtime_s: Mapped[float] = mapped_column(Double)
+
+    __table_args__ = (
+        CheckConstraint("ended_at >= started_at", name="interval_ordered"),
+        CheckConstraint("runtime_s >= 0", name="runtime_not_negative"),
+        CheckConstraint("replicas > 0", name="replicas_positive"),
+        CheckConstraint("devices_per_replica > 0", name="devices_per_replica_positive"),
+        # One row per attempt: recording the end of an attempt twice is a no-op.
+        Index("uq_runs_attempt", "job_id", "started_at", unique=True),
+        # The last runs of one shape come from the index alone (rule 5).
+        Index(
+            "ix_runs_shape_recent",
+            "tenant",
+            "tier",
+            "replicas",
+            "devices_per_replica",
+            "family",
+            "ended_at",
+        ),
     )
 
 

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.queue.core import model
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.store import reservations, spec, tenants, timestamps
+from gangq.queue.store import reservations, runs, spec, tenants, timestamps
 from gangq.queue.store.models import HOLDING_PHASES, QUEUED, JobRow
 
 JobColumns: TypeAlias = Row[*tuple[Any, ...]]
@@ -44,6 +44,9 @@ _COLUMNS = (
     JobRow.pending_message,
     JobRow.queue_position,
     JobRow.reserved_start_at,
+    JobRow.family,
+    JobRow.checkpoint_interval_s,
+    JobRow.last_checkpoint_at,
 )
 
 
@@ -74,7 +77,23 @@ class SpecMemo(dict[str, spec.JobSpec]):
         return found
 
 
-def pending_job(row: JobColumns, *, specs: SpecMemo) -> model.PendingJob:
+def _predicted_runtime_s(row: JobColumns, estimator: runs.Estimator | None) -> float | None:
+    if estimator is None:
+        return None
+    return estimator.runtime_s(
+        tenant=row.tenant,
+        tier=row.tier,
+        replicas=row.replicas,
+        devices_per_replica=row.devices_per_replica,
+        family=row.family,
+        name=row.name,
+        max_runtime_s=None if row.max_runtime_s is None else float(row.max_runtime_s),
+    )
+
+
+def pending_job(
+    row: JobColumns, *, specs: SpecMemo, estimator: runs.Estimator | None = None
+) -> model.PendingJob:
     stored = specs.parse(row.spec)
     return model.PendingJob(
         key=key_of(row),
@@ -91,13 +110,24 @@ def pending_job(row: JobColumns, *, specs: SpecMemo) -> model.PendingJob:
         pod=stored.pod,
         submitted_at=timestamps.to_unix(row.submitted_at),
         max_runtime_s=None if row.max_runtime_s is None else float(row.max_runtime_s),
+        predicted_runtime_s=_predicted_runtime_s(row, estimator),
     )
 
 
 def running_job(
-    row: JobColumns, placement: tuple[model.ReplicaPlacement, ...], *, specs: SpecMemo
+    row: JobColumns,
+    placement: tuple[model.ReplicaPlacement, ...],
+    *,
+    specs: SpecMemo,
+    estimator: runs.Estimator | None = None,
+    now: float = 0.0,
 ) -> model.RunningJob:
-    started = row.started_at or row.admitted_at or row.submitted_at
+    """A gang holding devices; with an `estimator`, its predicted end as of `now` (rule 5)."""
+    started = timestamps.to_unix(row.started_at or row.admitted_at or row.submitted_at)
+    bound = None if row.max_runtime_s is None else float(row.max_runtime_s)
+    predicted_end = runs.Estimator.end_at(
+        _predicted_runtime_s(row, estimator), started_at=started, now=now, max_runtime_s=bound
+    )
     return model.RunningJob(
         key=key_of(row),
         uid=row.uid,
@@ -106,12 +136,17 @@ def running_job(
         priority=row.priority,
         device_class=row.device_class,
         placement=placement,
-        started_at=timestamps.to_unix(started),
-        max_runtime_s=None if row.max_runtime_s is None else float(row.max_runtime_s),
+        started_at=started,
+        max_runtime_s=bound,
         borrowed=row.borrowed,
         is_evicting=row.evicting,
         pod=specs.parse(row.spec).pod,
         submitted_at=timestamps.to_unix(row.submitted_at),
+        predicted_end_at=predicted_end,
+        last_checkpoint_at=timestamps.optional_unix(row.last_checkpoint_at),
+        checkpoint_interval_s=(
+            None if row.checkpoint_interval_s is None else float(row.checkpoint_interval_s)
+        ),
     )
 
 
@@ -134,7 +169,14 @@ async def holding_rows(session: AsyncSession) -> Sequence[JobColumns]:
     return result.all()
 
 
-async def load(session: AsyncSession, inventory: model.Inventory, *, now: float) -> Loaded:
+async def load(
+    session: AsyncSession,
+    inventory: model.Inventory,
+    *,
+    now: float,
+    estimator: runs.Estimator | None = None,
+) -> Loaded:
+    """The cycle's input; with an `estimator`, jobs carry predicted runtimes and ends (rule 5)."""
     quotas = await tenants.all_quotas(session)
     holding = await holding_rows(session)
     placements = await reservations.active_by_job(session)
@@ -144,10 +186,13 @@ async def load(session: AsyncSession, inventory: model.Inventory, *, now: float)
     unreadable: dict[int, str] = {}
     for row in queued:
         try:
-            pending.append(pending_job(row, specs=specs))
+            pending.append(pending_job(row, specs=specs, estimator=estimator))
         except InvalidInputError as error:
             unreadable[row.id] = f"invalid: job {key_of(row)} cannot be read: {error}"
-    running = tuple(running_job(row, placements.get(row.id, ()), specs=specs) for row in holding)
+    running = tuple(
+        running_job(row, placements.get(row.id, ()), specs=specs, estimator=estimator, now=now)
+        for row in holding
+    )
     return Loaded(
         snapshot=model.Snapshot(
             inventory=inventory, quotas=quotas, running=running, pending=tuple(pending)

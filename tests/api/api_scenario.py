@@ -1,8 +1,8 @@
 """The scenario the API tests share: a small cluster, two tenants, a queue a real cycle decided.
 
 The cluster: 3 nodes x 4 GPUs in 2 racks (node-3 cordoned). Tenants team-a and team-b have 4
-nominal GPUs each; the cycle admits a-small (1x2) and b-one (1x2) and leaves a-big (2x4)
-pending with a reason. Tokens come from a real token file.
+nominal GPUs each and may borrow 4; the cycle admits a-small (1x2) and b-one (1x2) and leaves
+a-big (2x4) pending with a reason. Tokens come from a real token file.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gangq.queue.core import inventory as inventory_builder
 from gangq.queue.core import model
 from gangq.queue.core.cel import DeviceMatcher
-from gangq.queue.store import admission, jobs, leader, tenants
+from gangq.queue.store import admission, jobs, leader, runs, tenants
 
 T0 = 1_790_000_000.0
 GPU = "gpu.nvidia.com"
@@ -90,14 +90,21 @@ def job(key: str, tenant: str, *, replicas: int, devices: int, at: float) -> mod
     )
 
 
-def quota(tenant: str, nominal: int) -> model.TenantQuota:
-    return model.TenantQuota(tenant=model.Tenant(tenant), device_class=GPU, nominal=nominal)
+def quota(tenant: str, nominal: int, *, borrowing_limit: int = 0) -> model.TenantQuota:
+    return model.TenantQuota(
+        tenant=model.Tenant(tenant),
+        device_class=GPU,
+        nominal=nominal,
+        borrowing_limit=borrowing_limit,
+    )
 
 
 async def seed(sessions: async_sessionmaker[AsyncSession], database_url: str) -> None:
     async with sessions() as session, session.begin():
         for tenant in ("team-a", "team-b"):
-            await tenants.upsert_tenant(session, tenant, [quota(tenant, 4)], actor="seed", now=T0)
+            # a-big (8) may borrow 4: it waits for quota rather than never fitting
+            limits = [quota(tenant, 4, borrowing_limit=4)]
+            await tenants.upsert_tenant(session, tenant, limits, actor="seed", now=T0)
         await jobs.enqueue(
             session,
             [
@@ -112,7 +119,11 @@ async def seed(sessions: async_sessionmaker[AsyncSession], database_url: str) ->
 
 
 async def decide(
-    sessions: async_sessionmaker[AsyncSession], database_url: str, *, now: float
+    sessions: async_sessionmaker[AsyncSession],
+    database_url: str,
+    *,
+    now: float,
+    estimator: runs.Estimator | None = None,
 ) -> model.CycleResult:
     """One real admission cycle over the scenario's cluster, as the leading controller."""
     leadership = leader.Leadership(database_url, holder="api-tests")
@@ -126,6 +137,7 @@ async def decide(
             now=now,
             matcher=DeviceMatcher(),
             epoch=leadership.epoch,
+            estimator=estimator,
         )
     finally:
         await leadership.release()

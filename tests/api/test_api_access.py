@@ -106,7 +106,7 @@ async def test_pending_job_shows_position_and_reason(api: httpx.AsyncClient) -> 
     assert body["job"]["reason"] == {
         "code": "quota",
         "message": (
-            "quota: tenant team-a uses 2/4 nominal, borrowing limit 0, job needs 8 gpu.nvidia.com"
+            "quota: tenant team-a uses 2/4 nominal, borrowing limit 4, job needs 8 gpu.nvidia.com"
         ),
     }
     assert body["placement"] == []

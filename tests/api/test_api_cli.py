@@ -12,6 +12,7 @@ from api_scenario import CLUSTER_ADMIN, QUOTA_ADMIN, VIEWER_A, VIEWER_B, hold_a_
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue import cli
+from gangq.queue.store import jobs
 
 
 async def gangq(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -40,7 +41,7 @@ async def test_jobs_table_for_a_viewer(server: str, capsys: pytest.CaptureFixtur
         ["team-a/a-small", "team-a", "training", "Admitted", "-", "1x2"],
     ]
     assert rows[0].endswith(
-        "quota: tenant team-a uses 2/4 nominal, borrowing limit 0, job needs 8 gpu.nvidia.com"
+        "quota: tenant team-a uses 2/4 nominal, borrowing limit 4, job needs 8 gpu.nvidia.com"
     )
 
 
@@ -65,11 +66,52 @@ async def test_one_job_with_placement_and_history(
     assert code == 0
     assert "Phase:     Admitted" in out
     assert "Gang:      1 x 2 gpu.nvidia.com" in out
+    # No runs of its shape yet: the prediction is the runtime bound; no checkpoint reported.
+    assert "Predicted: ~1h00m (ends ~" in out
+    lost = next(line for line in out.splitlines() if line.startswith("Lost work:"))
+    assert lost.endswith(" device-h if evicted now (since the start)")
     placement = out.split("Placement:\n")[1].split("\n\n")[0]
     assert lines(placement)[0] == ["REPLICA", "NODE", "DEVICES"]
     assert lines(placement)[1][0] == "0"
     history = out.split("History:\n")[1]
     assert [row[1] for row in lines(history)[1:]] == ["enqueued", "admitted"]
+
+
+async def test_a_failed_job_shows_why_and_each_failed_replica(
+    server: str,
+    capsys: pytest.CaptureFixture[str],
+    session_factory: async_sessionmaker[AsyncSession],
+) -> None:
+    failure = {"replica": 0, "node": "node-0", "reason": "OOMKilled", "exitCode": 137}
+    why = "replica 0 on node-0 exited with code 137 (OOMKilled); 0 of 0 restarts used"
+    async with session_factory() as session, session.begin():
+        await jobs.mark_running(session, "team-a/a-small", at=time.time(), actor="test")
+        await jobs.finish(
+            session,
+            "team-a/a-small",
+            succeeded=False,
+            at=time.time(),
+            actor="test",
+            reason=why,
+            cause="OOMKilled",
+            failures=[{**failure, "message": "CUDA out of memory"}],
+        )
+    code, out, _ = await gangq(
+        capsys, "job", "team-a/a-small", "--server", server, "--token", VIEWER_A
+    )
+    assert code == 0
+    assert f"Reason:    {why}" in out
+    failed = out.split("Failed replicas:\n")[1]
+    assert lines(failed)[1][1:] == [
+        "0",
+        "node-0",
+        "137",
+        "OOMKilled",
+        "CUDA",
+        "out",
+        "of",
+        "memory",
+    ]
 
 
 async def test_a_reserved_job_shows_its_eta(
@@ -137,7 +179,7 @@ async def test_queues_and_tenants_tables(server: str, capsys: pytest.CaptureFixt
     ]
     code, out, _ = await gangq(capsys, "tenants", "--server", server, "--token", VIEWER_A)
     assert code == 0
-    assert lines(out)[1:] == [["team-a", "gpu.nvidia.com", "4", "0", "1", "(all)"]]
+    assert lines(out)[1:] == [["team-a", "gpu.nvidia.com", "4", "4", "1", "(all)"]]
 
 
 async def test_tenants_set_changes_one_class_and_keeps_the_rest(

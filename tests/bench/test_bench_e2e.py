@@ -6,10 +6,11 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 
-from gangq.queue.bench import releases
+from gangq.queue.bench import releases, writes
 from gangq.queue.cli import main
 
 RUN_CLI = "from gangq.queue.cli import main; main()"
@@ -22,6 +23,10 @@ KEYS = {
     "release_p50_ms",
     "release_p99_ms",
     "release_skew_p99_ms",
+    "api_writes_per_job",
+    "api_writes_per_job_total",
+    "controller_cpu_ms_per_job",
+    "emulator_writes_per_s",
 }
 
 
@@ -63,6 +68,26 @@ def test_a_pod_counts_as_released_once_its_gates_are_gone() -> None:
     assert figures["release_skew_p99_ms"] == pytest.approx(20.0)
 
 
+def test_writes_are_read_from_the_api_servers_request_counters() -> None:
+    page = "\n".join(
+        [
+            "# TYPE apiserver_request_total counter",
+            'apiserver_request_total{verb="POST",resource="pods",subresource="",code="201"} 3',
+            'apiserver_request_total{verb="POST",resource="pods",subresource="",code="409"} 2',
+            'apiserver_request_total{verb="PATCH",resource="trainingjobs",subresource="status",'
+            'code="200"} 4',
+            'apiserver_request_total{verb="LIST",resource="pods",subresource="",code="200"} 9',
+        ]
+    )
+    counted = writes.parse(page + "\n")
+    assert counted == {"POST pods": 3, "PATCH trainingjobs/status": 4}
+    figures = writes.per_job(Counter(), counted, jobs=2, submitted=Counter({"POST pods": 1}))
+    assert figures == {
+        "api_writes_per_job": {"PATCH trainingjobs/status": 2.0, "POST pods": 1.0},
+        "api_writes_per_job_total": 3.0,
+    }
+
+
 @pytest.mark.slow
 def test_a_small_run_releases_every_job(server_url: str) -> None:
     result = subprocess.run(
@@ -78,6 +103,11 @@ def test_a_small_run_releases_every_job(server_url: str) -> None:
     assert set(figures) >= KEYS
     assert figures["jobs"] == figures["released"] == 40
     assert figures["duration_s"] > 0 and figures["jobs_per_s"] > 0
+    assert figures["api_writes_per_job"]["POST pods"] >= 1
+    assert figures["api_writes_per_job_total"] == pytest.approx(
+        sum(figures["api_writes_per_job"].values()), abs=0.1
+    )
+    assert figures["controller_cpu_ms_per_job"] > 0 and figures["emulator_writes_per_s"] > 0
     assert 0 < figures["release_p50_ms"] <= figures["release_p99_ms"]
     assert 0 <= figures["release_skew_p99_ms"] <= figures["release_p99_ms"]
     assert "submitting 40 jobs" in result.stderr

@@ -46,6 +46,7 @@ def settings(**overrides: Any) -> ControllerSettings:
         "coalesce_s": 0.01,
         "leader_retry_s": 0.2,
         "restart_backoff_s": 0.0,
+        "gauges_interval_s": 0.0,
     }
     return ControllerSettings(**{**values, **overrides})
 
@@ -177,3 +178,4 @@ async def harness(engine: AsyncEngine) -> AsyncIterator[Harness]:
         finally:
             for name in list(built.runs):
                 await built.kill(name)
+            await kube.close()

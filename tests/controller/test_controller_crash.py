@@ -68,7 +68,9 @@ async def _crash_at(harness: Harness, index: int, *, name: str) -> bool:
             harness.start(f"{holder}-again")
         await wait_for(lambda: harness.phase(name) == "Succeeded")
         await wait_for(lambda: not harness.objects(resources.RESOURCE_CLAIMS, "ml-train"))
-        await wait_for(lambda: not harness.objects(resources.PODS, "ml-train"))
+        # The last attempt's pods stay for their logs, all of them terminated (rule 11).
+        kept = harness.objects(resources.PODS, "ml-train")
+        assert kept and all(lifecycle.phase(pod) == "Succeeded" for pod in kept)
         assert not _partially_released(harness)
         assert not doubles, f"devices allocated twice after a crash at write {index}: {doubles}"
         await harness.stop(f"{holder}-again" if fired.is_set() else holder)
@@ -83,7 +85,7 @@ async def test_a_crash_at_any_write_converges_without_leaks_or_half_released_gan
     index = 1
     while await _crash_at(harness, index, name=f"job-{index}"):
         index += 1
-    assert index > 10, "the lifecycle should take more than ten writes"
+    assert index > 8, "the lifecycle should take more than eight writes"
     async with harness.engine.connect() as connection:
         active = (
             await connection.execute(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gangq.queue.config import TierConfig
@@ -39,9 +40,13 @@ async def test_invalid_jobs_get_a_condition_that_names_the_problem(harness: Harn
     assert "unknown tier 'nightly'" in _condition(harness, "weird", "Admissible")["message"]
     assert _condition(harness, "weird", "Admissible")["reason"] == "InvalidSpec"
     assert (harness.job("weird") or {})["status"]["reason"].startswith("invalid: ")
+    assert harness.phase("weird") == harness.phase("orphan", "unlabelled") == "Failed"
     await wait_for(
         lambda: (
-            (harness.job("huge") or {}).get("status", {}).get("reason", "").startswith("capacity")
+            (harness.job("huge") or {})
+            .get("status", {})
+            .get("reason", "")
+            .startswith("unschedulable: needs 3 nodes")
         )
     )
     assert harness.phase("huge") == "Queued"
@@ -54,8 +59,31 @@ async def test_failed_pod_restarts_the_whole_gang_until_max_restarts(harness: Ha
     await wait_for(lambda: harness.phase("flaky") == "Failed", within_s=30)
     found = harness.job("flaky") or {}
     assert found["status"]["restarts"] == 1
-    assert not harness.objects(resources.PODS, "ml-train")
-    assert not harness.objects(resources.RESOURCE_CLAIMS, "ml-train")
+    await wait_for(lambda: not harness.objects(resources.RESOURCE_CLAIMS, "ml-train"))
+    # The last attempt's pods stay, terminated, with the same names (rendezvous contract).
+    listed = await harness.kube.list(
+        resources.PODS, query={"labelSelector": "gangq.dev/job-name=flaky"}
+    )
+    assert sorted(p["metadata"]["name"] for p in listed["items"]) == ["flaky-0", "flaky-1"]
+    states = [p["status"]["containerStatuses"][0]["state"]["terminated"] for p in listed["items"]]
+    assert [s["exitCode"] for s in states] == [1, 1]
+    reason = found["status"]["reason"]
+    assert re.fullmatch(
+        r"replica [01] on gpu-[01] exited with code 1 \(Error\); 1 of 1 restarts used", reason
+    ), reason
+    failed = _condition(harness, "flaky", "Failed")
+    assert (failed["status"], failed["reason"], failed["message"]) == (
+        "True",
+        "ReplicaFailed",
+        reason,
+    )
+    events = [
+        e
+        for e in harness.objects(resources.EVENTS, "ml-train")
+        if e["involvedObject"]["name"] == "flaky"
+    ]
+    assert [(e["type"], e["reason"]) for e in events] == [("Warning", "ReplicaFailed")] * 2
+    assert reason in [e["message"] for e in events]
 
 
 async def test_startup_timeout_tears_the_gang_down_and_requeues_it(harness: Harness) -> None:

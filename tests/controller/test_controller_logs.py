@@ -49,7 +49,7 @@ async def test_gangq_run_logs_json_lines_races_at_debug_and_stops_quietly(
     kubeconfig.write_text(json.dumps(harness.cluster.kubeconfig()))
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text("tokens:\n  admin-token-0123456789: {user: admin, roles: [cluster-admin]}\n")
-    port = _free_port()
+    port, metrics_port = _free_port(), _free_port()
     # Races of a busy cluster: stale TrainingJob copies (409) and a failing API server (500).
     harness.cluster.faults.fail_next(2, code=409, verb="patch", resource="trainingjobs")
     harness.cluster.faults.fail_next(1, code=500, verb="create", resource="pods")
@@ -60,18 +60,19 @@ async def test_gangq_run_logs_json_lines_races_at_debug_and_stops_quietly(
         "run",
         *("--config", str(config), "--kubeconfig", str(kubeconfig)),
         *("--database-url", database_url, "--host", "127.0.0.1", "--port", str(port)),
+        *("--metrics-port", str(metrics_port)),
         *("--log-level", "debug", "--log-format", "json"),
         env={"GANGQ_TOKEN_FILE": str(tokens), "PATH": str(Path(sys.executable).parent)},
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        await _scrape(port)
+        await _scrape(metrics_port)
         await harness.kube.create(
             resources.TRAINING_JOBS, "ml-train", training_job("logged", run_seconds=None)
         )
         await wait_for(lambda: harness.phase("logged") == "Running", within_s=30)
-        scrape = await _scrape(port)
+        scrape = await _scrape(metrics_port)
     finally:
         process.send_signal(signal.SIGTERM)
         _, stderr = await asyncio.wait_for(process.communicate(), timeout=30)

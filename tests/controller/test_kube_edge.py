@@ -29,7 +29,9 @@ async def cluster() -> AsyncIterator[Emulator]:
 @pytest.fixture
 async def kube(cluster: Emulator) -> AsyncIterator[Kube]:
     async with client.ApiClient(cluster.configuration()) as api_client:
-        yield Kube(api_client)
+        made = Kube(api_client)
+        yield made
+        await made.close()
 
 
 async def test_retry_rides_over_server_errors_and_gives_up_on_conflicts(

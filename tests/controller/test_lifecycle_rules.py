@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
 from gangq.queue.core import model
 from gangq.queue.core.device import DeviceId
-from gangq.queue.kube import lifecycle, objects, scale
+from gangq.queue.kube import lifecycle, objects, scale, status
 from gangq.queue.store import jobs
 
 ADMITTED = "2026-01-01T00:00:00+00:00"
@@ -22,15 +21,19 @@ PLACEMENT = tuple(
 
 
 def _pod(
-    replica: int, *, gated: bool = False, phase: str = "Running", ready: bool = True
+    replica: int,
+    *,
+    gated: bool = False,
+    phase: str = "Running",
+    ready: bool = True,
+    terminated: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {"schedulingGates": [{"name": objects.GATE}]} if gated else {}
     conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
-    return {
-        "metadata": {"name": f"job-{replica}"},
-        "spec": spec,
-        "status": {"phase": phase, "conditions": conditions},
-    }
+    status: dict[str, Any] = {"phase": phase, "conditions": conditions}
+    if terminated is not None:
+        status["containerStatuses"] = [{"name": "work", "state": {"terminated": terminated}}]
+    return {"metadata": {"name": f"job-{replica}"}, "spec": spec, "status": status}
 
 
 def _claim(replica: int, devices: tuple[DeviceId, ...] | None = None) -> dict[str, Any]:
@@ -86,9 +89,6 @@ def _context(**changes: Any) -> lifecycle.Context:
     return lifecycle.Context(**{**values, **changes})
 
 
-ENDING = json.dumps(
-    {"admittedAt": ADMITTED, "ending": "succeeded", "reason": "done", "failure": ""}
-)
 CASES = [
     ("nothing-yet-builds", _gang(pods={}, claims={}), _context(), lifecycle.Action.BUILD, None),
     (
@@ -212,11 +212,32 @@ CASES = [
         lifecycle.Ending.DELETED,
     ),
     (
-        "recorded-ending-wins",
-        _gang(pods={}, annotations={lifecycle.ENDING_ANNOTATION: ENDING}, evicting=True),
+        "kept-succeeded-pods-win-over-deleted-claims",
+        _gang(pods={0: _pod(0, phase="Succeeded"), 1: _pod(1, phase="Succeeded")}, claims={}),
         _context(),
         lifecycle.Action.TEARDOWN,
         lifecycle.Ending.SUCCEEDED,
+    ),
+    (
+        "kept-failed-pod-wins-over-deleted-claims",
+        _gang(pods={0: _pod(0, phase="Failed"), 1: _pod(1)}, claims={}),
+        _context(restarts=3),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.FAILED,
+    ),
+    (
+        "max-runtime-fails-for-good",
+        _gang(running=True),
+        _context(started_at_s=10.0, max_runtime_s=60.0),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.FAILED,
+    ),
+    (
+        "within-max-runtime-waits",
+        _gang(running=True),
+        _context(started_at_s=50.0, max_runtime_s=60.0),
+        lifecycle.Action.WAIT,
+        None,
     ),
     (
         "scaled-away",
@@ -239,6 +260,63 @@ def test_assess(
 ) -> None:
     verdict = lifecycle.assess(gang, context)
     assert (verdict.action, verdict.ending) == (action, ending)
+
+
+REASONS = [
+    (
+        "exit-code",
+        _gang(
+            pods={
+                0: _pod(0, phase="Failed", terminated={"exitCode": 3, "reason": "Error"}),
+                1: _pod(1),
+            }
+        ),
+        _context(restarts=1, max_restarts=1),
+        ("ReplicaFailed", "replica 0 on gpu-0 exited with code 3 (Error); 1 of 1 restarts used"),
+    ),
+    (
+        "oom-killed-restarts",
+        _gang(
+            pods={
+                0: _pod(0),
+                1: _pod(1, phase="Failed", terminated={"exitCode": 137, "reason": "OOMKilled"}),
+            }
+        ),
+        _context(restarts=0, max_restarts=2),
+        ("OOMKilled", "replica 1 on gpu-1 exited with code 137 (OOMKilled); restart 1 of 2"),
+    ),
+    (
+        "node-lost",
+        _gang(running=True),
+        _context(unready_nodes=frozenset({"gpu-1"}), max_restarts=0),
+        ("NodeLost", "replica 1 on gpu-1: node is NotReady (lost); 0 of 0 restarts used"),
+    ),
+    (
+        "startup-timeout",
+        _gang(pods={0: _pod(0), 1: _pod(1, ready=False)}),
+        _context(now=700.0, max_restarts=0),
+        (
+            "StartupTimeout",
+            "replica 1 on gpu-1: not Ready within startupTimeoutSeconds=600; 0 of 0 restarts used",
+        ),
+    ),
+    (
+        "max-runtime",
+        _gang(running=True),
+        _context(started_at_s=10.0, max_runtime_s=60.0),
+        ("MaxRuntimeExceeded", "stopped: ran past maxRuntimeSeconds=60"),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("gang", "context", "expected"), [c[1:] for c in REASONS], ids=[c[0] for c in REASONS]
+)
+def test_failure_reasons_name_replica_node_and_cause(
+    gang: lifecycle.Gang, context: lifecycle.Context, expected: tuple[str, str]
+) -> None:
+    verdict = lifecycle.assess(gang, context)
+    assert (status.condition_reason(verdict.cause), verdict.reason) == expected
 
 
 def _record(key: str, replicas: int, *, phase: str = "Running") -> jobs.JobRecord:

@@ -74,6 +74,35 @@ from gangq.queue.core.explain import PendingReason, ReasonCode
             id="preemption",
         ),
         pytest.param(
+            explain.preemption(victims=("ml-train/x",), lost_device_h=3.14),
+            ReasonCode.PREEMPTION,
+            "preemption: waiting for 1 gang to be evicted (ml-train/x), loses 3.1 device-h",
+            id="preemption-lost-work",
+        ),
+        pytest.param(
+            explain.preemption_does_not_pay(
+                victims=("ml-train/x",), lost_device_h=3.14, wait_s=420
+            ),
+            ReasonCode.PREEMPTION,
+            "preemption: evicting ml-train/x loses 3.1 device-h, more than waiting costs "
+            "(start in ~7m by prediction)",
+            id="preemption-does-not-pay",
+        ),
+        pytest.param(
+            explain.reclaim_patience(free_in_s=420, evict_in_s=900),
+            ReasonCode.PREEMPTION,
+            "preemption: reclaim waits: borrowed devices free in ~7m by prediction; "
+            "evicting borrowers after ~15m",
+            id="reclaim-patience",
+        ),
+        pytest.param(
+            explain.backfill(head="a/head", start_in_s=720, outlived=("b/long",)),
+            ReasonCode.BACKFILL,
+            "backfill: waiting behind a/head, reserved start in ~12m (later than planned: "
+            "b/long outlived its prediction)",
+            id="backfill-outlived",
+        ),
+        pytest.param(
             explain.invalid("unknown tier 'gold'"),
             ReasonCode.INVALID,
             "invalid: unknown tier 'gold'",
@@ -97,13 +126,20 @@ def test_pending_reason_texts(reason: PendingReason, code: ReasonCode, message: 
 def test_victim_reason_texts() -> None:
     assert (
         explain.preempted_by(
-            preemptor="ml-train/train-llm", preemptor_tier="training", victim_tier="small"
+            preemptor="ml-train/train-llm",
+            preemptor_tier="training",
+            victim_tier="small",
+            lost_device_h=0.25,
         )
-        == "preempted by ml-train/train-llm (tier training > small)"
+        == "preempted by ml-train/train-llm (tier training > small), losing 0.2 device-h "
+        "since the last checkpoint"
     )
     assert (
-        explain.reclaimed(victim_tenant="ml-infer", preemptor="ml-train/train-llm")
-        == "reclaim: tenant ml-infer back under nominal for ml-train/train-llm"
+        explain.reclaimed(
+            victim_tenant="ml-infer", preemptor="ml-train/train-llm", lost_device_h=3.14
+        )
+        == "reclaim: tenant ml-infer back under nominal for ml-train/train-llm, losing "
+        "3.1 device-h since the last checkpoint"
     )
 
 

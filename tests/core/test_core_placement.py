@@ -61,7 +61,7 @@ def test_gang_gets_distinct_nodes_all_or_nothing() -> None:
     too_big = _cycle(builders.cluster(3), builders.job("gang", replicas=4, per_replica=8))
     assert too_big.admissions == ()
     assert too_big.pending[JobKey("team-a/gang")].message == (
-        "capacity: needs 4 nodes with 8 free gpu, 3 have them"
+        "unschedulable: needs 4 nodes with 8 gpu, the cluster has 3: ask for fewer replicas"
     )
 
 
@@ -93,7 +93,8 @@ def test_required_topology_never_spreads_over_racks() -> None:
     job = builders.job("rack", replicas=4, per_replica=8, topology=TopologyMode.REQUIRED)
     result = _cycle(builders.cluster(6, racks=2), job)
     assert result.pending[JobKey("team-a/rack")].message == (
-        "capacity: needs 4 nodes with 8 free gpu in one rack, best rack has 3"
+        "unschedulable: needs 4 nodes with 8 gpu in one rack, the largest rack has 3: ask for "
+        "fewer replicas or use topology mode Preferred"
     )
 
 
@@ -110,41 +111,48 @@ def test_preferred_topology_falls_back_to_several_racks() -> None:
 
 
 @pytest.mark.parametrize(
-    ("inventory", "pod"),
+    ("inventory", "pod", "code"),
     [
         pytest.param(
             builders.cluster(0, extra_nodes=[builders.node("node-0", unschedulable=True)]),
             PodRequirements(),
+            ReasonCode.CAPACITY,
             id="cordoned",
         ),
         pytest.param(
             builders.cluster(0, extra_nodes=[builders.node("node-0", ready=False)]),
             PodRequirements(),
+            ReasonCode.CAPACITY,
             id="not-ready",
         ),
         pytest.param(
             builders.cluster(0, extra_nodes=[builders.node("node-0", taints=[Taint("gpu", "x")])]),
             PodRequirements(),
+            ReasonCode.UNSCHEDULABLE,
             id="untolerated-taint",
         ),
         pytest.param(
             builders.cluster(0, extra_nodes=[builders.node("node-0", cpu_milli=1000)]),
             PodRequirements(cpu_milli=2000),
+            ReasonCode.CAPACITY,
             id="not-enough-cpu",
         ),
         pytest.param(
             builders.cluster(0, extra_nodes=[builders.node("node-0")]),
             PodRequirements(node_selector=(("pool", "a"),)),
+            ReasonCode.UNSCHEDULABLE,
             id="node-selector",
         ),
     ],
 )
 def test_replica_goes_only_where_its_whole_pod_fits(
-    inventory: Inventory, pod: PodRequirements
+    inventory: Inventory, pod: PodRequirements, code: ReasonCode
 ) -> None:
+    """A node's passing state (cordon, readiness, room) is a wait; its configuration (taints,
+    labels) that no node ever admits the pod under is not."""
     result = _cycle(inventory, builders.job("pod", pod=pod))
     assert result.admissions == ()
-    assert result.pending[JobKey("team-a/pod")].code is ReasonCode.CAPACITY
+    assert result.pending[JobKey("team-a/pod")].code is code
 
 
 def test_toleration_lets_a_pod_onto_a_tainted_node() -> None:

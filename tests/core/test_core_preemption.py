@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 
 import builders
 import core_oracle
@@ -14,6 +16,7 @@ from gangq.queue.core import cycle
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.explain import ReasonCode
 from gangq.queue.core.model import (
+    DEFAULT_TIERS,
     CycleResult,
     JobKey,
     PendingJob,
@@ -26,6 +29,12 @@ from gangq.queue.core.model import (
 )
 
 NOW = 10_000.0
+ALWAYS_PAYS = Policy(
+    preemption_cost_factor=math.inf,
+    tiers=tuple(dataclasses.replace(tier, reclaim_within_s=0.0) for tier in DEFAULT_TIERS),
+)
+"""These tests are about who may be a victim and which set is chosen; whether an eviction
+pays and how long a reclaim waits (rule 6) have their own tests in test_core_goodput.py."""
 QUOTAS = (
     builders.quota("team-a", 16, borrowing_limit=16),
     builders.quota("team-b", 16, borrowing_limit=16),
@@ -38,7 +47,7 @@ def _cycle(
     snapshot = Snapshot(
         inventory=builders.cluster(nodes), quotas=quotas, running=running, pending=(job,)
     )
-    return cycle.run_cycle(snapshot=snapshot, policy=Policy(), now=NOW, matcher=DeviceMatcher())
+    return cycle.run_cycle(snapshot=snapshot, policy=ALWAYS_PAYS, now=NOW, matcher=DeviceMatcher())
 
 
 def _victims(result: CycleResult) -> list[str]:
@@ -52,25 +61,36 @@ def test_higher_tier_evicts_a_whole_lower_gang_with_a_reason() -> None:
         Preemption(
             job=JobKey("team-a/train"),
             victims=(
-                Victim(JobKey("team-b/small"), "preempted by team-a/train (tier training > small)"),
+                Victim(
+                    JobKey("team-b/small"),
+                    "preempted by team-a/train (tier training > small), losing 22.2 device-h "
+                    "since the last checkpoint",
+                ),
             ),
         ),
     )
     assert result.admissions == ()
     assert result.pending[JobKey("team-a/train")].message == (
-        "preemption: waiting for 1 gang to be evicted (team-b/small)"
+        "preemption: waiting for 1 gang to be evicted (team-b/small), loses 22.2 device-h"
     )
 
 
 @pytest.mark.parametrize(
-    ("preemptor_tier", "victim_tier"),
-    [("small", "training"), ("training", "training"), ("training", "prod-inference")],
+    ("preemptor_tier", "victim_tier", "code"),
+    [
+        ("small", "training", ReasonCode.CAPACITY),
+        ("training", "training", ReasonCode.CAPACITY),
+        # a long-running gang it may not evict holds the only node: it can never fit
+        ("training", "prod-inference", ReasonCode.UNSCHEDULABLE),
+    ],
 )
-def test_never_preempts_an_equal_or_higher_tier(preemptor_tier: str, victim_tier: str) -> None:
+def test_never_preempts_an_equal_or_higher_tier(
+    preemptor_tier: str, victim_tier: str, code: ReasonCode
+) -> None:
     gang = builders.gang("held", [("node-0", range(8))], tier=victim_tier)
     result = _cycle(builders.job("x", tier=preemptor_tier), gang)
     assert result.preemptions == ()
-    assert result.pending[JobKey("team-a/x")].code is ReasonCode.CAPACITY
+    assert result.pending[JobKey("team-a/x")].code is code
 
 
 def test_reclaims_nominal_quota_from_a_borrower_of_any_tier() -> None:
@@ -79,7 +99,8 @@ def test_reclaims_nominal_quota_from_a_borrower_of_any_tier() -> None:
     result = _cycle(builders.job("x", tier="small"), borrower, quotas=quotas)
     assert _victims(result) == ["team-b/serve"]
     assert result.preemptions[0].victims[0].reason == (
-        "reclaim: tenant team-b back under nominal for team-a/x"
+        "reclaim: tenant team-b back under nominal for team-a/x, losing 22.2 device-h since "
+        "the last checkpoint"
     )
 
 
@@ -117,7 +138,9 @@ def test_a_small_job_reclaims_only_after_its_tiers_preemption_delay(
     """The small tier's preemptionDelaySeconds is 300 by default: short jobs turning over
     usually free a device sooner than evicting a training gang would pay off."""
     quotas = (builders.quota("team-a", 8), builders.quota("team-b", 0, borrowing_limit=8))
-    borrower = builders.gang("train", [("node-0", range(8))], tier="training", borrowed=8)
+    borrower = builders.gang(
+        "train", [("node-0", range(8))], tier="training", borrowed=8, max_runtime_s=None
+    )
     result = _cycle(
         builders.job("x", tier="small", submitted_at=NOW - waited), borrower, quotas=quotas
     )
@@ -130,7 +153,9 @@ def test_a_job_still_in_its_delay_does_not_stop_an_older_one_from_preempting() -
     """Jobs alike share one verdict per cycle; whether each may preempt yet is part of it.
     (Without backfill, the younger job's refusal is such a shared verdict.)"""
     quotas = (builders.quota("team-a", 8), builders.quota("team-b", 0, borrowing_limit=8))
-    borrower = builders.gang("train", [("node-0", range(8))], tier="training", borrowed=8)
+    borrower = builders.gang(
+        "train", [("node-0", range(8))], tier="training", borrowed=8, max_runtime_s=None
+    )
     young = builders.job("young", tier="small", priority=5, submitted_at=NOW - 10)
     old = builders.job("old", tier="small", submitted_at=NOW - 1000)
     snapshot = Snapshot(
@@ -232,7 +257,9 @@ def test_victim_set_is_minimal_and_exists_exactly_when_brute_force_finds_one(
     case: tuple[PendingJob, Snapshot],
 ) -> None:
     job, snapshot = case
-    result = cycle.run_cycle(snapshot=snapshot, policy=Policy(), now=NOW, matcher=DeviceMatcher())
+    result = cycle.run_cycle(
+        snapshot=snapshot, policy=ALWAYS_PAYS, now=NOW, matcher=DeviceMatcher()
+    )
     ranks = {"small": 100, "training": 200, "prod-inference": 300}
     minimum = {"small": 60.0, "training": 600.0}
     may_reclaim = snapshot.quotas[0].nominal >= job.device_count
@@ -286,9 +313,9 @@ def test_search_budget_defers_later_preemptors_to_the_next_cycle() -> None:
     snapshot = Snapshot(
         inventory=builders.cluster(2), quotas=QUOTAS, running=tuple(gangs), pending=jobs
     )
-    policy = Policy(preemption_search_steps=2)
+    policy = Policy(preemption_search_steps=2, preemption_cost_factor=math.inf)
     result = cycle.run_cycle(snapshot=snapshot, policy=policy, now=NOW, matcher=DeviceMatcher())
     assert [p.job for p in result.preemptions] == [JobKey("team-a/a")]
     assert result.pending[JobKey("team-a/b")].code is ReasonCode.CAPACITY
-    roomy = cycle.run_cycle(snapshot=snapshot, policy=Policy(), now=NOW, matcher=DeviceMatcher())
+    roomy = cycle.run_cycle(snapshot=snapshot, policy=ALWAYS_PAYS, now=NOW, matcher=DeviceMatcher())
     assert [p.job for p in roomy.preemptions] == [JobKey("team-a/a"), JobKey("team-a/b")]

@@ -147,7 +147,8 @@ def test_quota_caps_use_at_nominal_plus_borrowing_limit() -> None:
 def test_tenant_without_quota_gets_nothing_and_is_told_so() -> None:
     result = _cycle(builders.job("x", tenant="team-z"))
     assert result.pending[JobKey("team-z/x")].message == (
-        "quota: tenant team-z uses 0/0 nominal, borrowing limit 0, job needs 1 gpu"
+        "unschedulable: needs 1 gpu, more than tenant team-z may ever use (nominal 0 + "
+        "borrowing limit 0 = 0): ask for fewer devices or a larger quota"
     )
 
 
@@ -155,7 +156,8 @@ def test_allowed_tiers_are_enforced() -> None:
     quotas = (builders.quota("team-a", 8, allowed_tiers=["small"]),)
     result = _cycle(builders.job("x", tier="training"), quotas=quotas)
     assert result.pending[JobKey("team-a/x")].message == (
-        "quota: tenant team-a may not use tier training (allowed: small)"
+        "unschedulable: tenant team-a may not use tier training (allowed: small): use an "
+        "allowed tier"
     )
 
 
@@ -165,7 +167,7 @@ def test_allowed_tiers_are_enforced() -> None:
         pytest.param(
             builders.job("x", tier="gold"),
             None,
-            "invalid: unknown tier 'gold' (known: prod-inference, training, small)",
+            "invalid: spec.tier: unknown tier 'gold' (known: prod-inference, training, small)",
             id="tier",
         ),
         pytest.param(
@@ -183,13 +185,14 @@ def test_allowed_tiers_are_enforced() -> None:
         pytest.param(
             builders.job("x"),
             Policy(managed_device_classes=("other",)),
-            "invalid: device class 'gpu' is not managed by gangq",
+            "invalid: spec.deviceClassName: device class 'gpu' is not managed by gangq "
+            "(managed: other)",
             id="unmanaged",
         ),
         pytest.param(
             builders.job("x", selectors=["device.driver =="]),
             None,
-            "invalid: CEL selector 'device.driver ==':",
+            "invalid: spec.selectors: CEL selector 'device.driver ==':",
             id="selector",
         ),
     ],
@@ -201,7 +204,7 @@ def test_invalid_jobs_say_what_to_fix(job: PendingJob, policy: Policy | None, me
     assert reason.message.startswith(message)
 
 
-def test_bad_device_class_selector_is_invalid_not_a_crash() -> None:
+def test_bad_device_class_selector_is_the_clusters_problem_not_a_crash() -> None:
     inventory = builders.cluster(1)
     inventory = Inventory(
         nodes=inventory.nodes,
@@ -209,7 +212,9 @@ def test_bad_device_class_selector_is_invalid_not_a_crash() -> None:
         device_classes={"gpu": DeviceClass("gpu", ("device.driver ==",))},
     )
     result = _cycle(builders.job("x"), inventory=inventory)
-    assert result.pending[JobKey("team-a/x")].code is ReasonCode.INVALID
+    assert result.pending[JobKey("team-a/x")].message.startswith(
+        "unschedulable: DeviceClass gpu: CEL selector 'device.driver ==': ERROR"
+    )
 
 
 def test_positions_number_the_jobs_still_pending_in_queue_order() -> None:
@@ -243,6 +248,7 @@ def test_stale_and_odd_inputs_are_decided_not_crashed_on() -> None:
     result = _cycle(*jobs, running=(ghost,), inventory=inventory, policy=Policy())
     assert [a.job for a in result.admissions] == [JobKey("team-a/fine")]
     assert result.pending[JobKey("team-a/huge")].message == (
-        "capacity: needs 1 node with 40 free gpu, 0 have them"
+        "unschedulable: needs 40 gpu per replica, the most any node has is 8: lower "
+        "devicesPerReplica"
     )
     assert set(result.pending) == {JobKey("team-a/huge"), JobKey("team-a/rack")}

@@ -103,9 +103,13 @@ def test_syntax_error_names_expression_and_position() -> None:
     assert "device.driver ==" in str(caught.value)
 
 
-def test_non_boolean_selector_is_an_error(devices: list[device_module.Device]) -> None:
-    with pytest.raises(SelectorError, match="must evaluate to a bool"):
-        device_cel.DeviceMatcher().matches("device.driver", devices[0])
+def test_non_boolean_selector_matches_nothing_and_says_why(
+    devices: list[device_module.Device],
+) -> None:
+    """A type error found only at run time must not stop the cycle: no match, error kept."""
+    matcher = device_cel.DeviceMatcher()
+    assert matcher.matches("device.driver", devices[0]) is False
+    assert matcher.runtime_errors["device.driver"] == "must evaluate to a bool, got str"
 
 
 def test_result_is_recomputed_only_when_the_device_changes(

@@ -111,7 +111,7 @@ REFUSED_ADMIN = "adminAccess is not allowed"
 
 def test_every_cel_expression_compiles() -> None:
     compiled = [cel.compile(e) for p in policies().values() for e in expressions(p)]
-    assert len(compiled) == 13  # 3 match conditions, 4 variables, 6 validations
+    assert len(compiled) == 21  # 5 match conditions, 7 variables, 9 validations
 
 
 def test_every_policy_has_one_denying_binding() -> None:
@@ -217,3 +217,136 @@ def test_policies_name_the_controller_service_account_the_base_deploys() -> None
     )
     assert username == GANGQ
     assert all(GANGQ in p["spec"]["matchConditions"][0]["expression"] for p in policies().values())
+
+
+WORKLOAD = "system:serviceaccount:ml-train:trainer"
+POD_OF = {"authentication.kubernetes.io/pod-name": ["train-llm-0"]}
+REFUSED_OTHER_JOB = "a pod may report checkpoints only for its own TrainingJob"
+REFUSED_FIELDS = "a workload may not change a TrainingJob's spec"
+REFUSED_ANNOTATION = "a workload may change only the annotation gangq.dev/last-checkpoint"
+
+
+def training_job(
+    name: str = "train-llm",
+    *,
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    replicas: int = 4,
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": "ml-train"}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    if labels is not None:
+        metadata["labels"] = labels
+    return {
+        "apiVersion": "gangq.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": metadata,
+        "spec": {"tier": "training", "replicas": replicas, "devicesPerReplica": 8},
+    }
+
+
+def update_denials(
+    old: dict[str, Any], new: dict[str, Any], *, user: str, extra: dict[str, list[str]]
+) -> list[str]:
+    """`denials` for an UPDATE of a TrainingJob by `user` with token extras `extra`."""
+    policy = policies()["gangq-checkpoint-reports"]
+    context: dict[str, Any] = {
+        "object": new,
+        "oldObject": old,
+        "request": {
+            "userInfo": {"username": user, "extra": extra},
+            "operation": "UPDATE",
+            "namespace": new["metadata"]["namespace"],
+        },
+    }
+    spec = policy["spec"]
+    if not all(cel.evaluate(c["expression"], context) for c in spec["matchConditions"]):
+        return []
+    variables: dict[str, Any] = {}
+    for variable in spec["variables"]:
+        variables[variable["name"]] = cel.evaluate(
+            variable["expression"], {**context, "variables": variables}
+        )
+    context["variables"] = variables
+    return [
+        " ".join(v["message"].split())
+        for v in spec["validations"]
+        if cel.evaluate(v["expression"], context) is not True
+    ]
+
+
+STAMP = {"gangq.dev/last-checkpoint": "2026-12-01T15:00:00Z"}
+REPORT_CASES = [
+    pytest.param(
+        training_job(), training_job(annotations=STAMP), WORKLOAD, POD_OF, [], id="report"
+    ),
+    pytest.param(
+        training_job(annotations={**STAMP, "team": "x"}),
+        training_job(
+            annotations={"gangq.dev/last-checkpoint": "2026-12-01T16:00:00Z", "team": "x"}
+        ),
+        WORKLOAD,
+        POD_OF,
+        [],
+        id="move-the-report",
+    ),
+    pytest.param(
+        training_job(), training_job(replicas=8), WORKLOAD, POD_OF, [REFUSED_FIELDS], id="spec"
+    ),
+    pytest.param(
+        training_job(),
+        training_job(labels={"gangq.dev/family": "x"}),
+        WORKLOAD,
+        POD_OF,
+        [REFUSED_FIELDS],
+        id="labels",
+    ),
+    pytest.param(
+        training_job(annotations={"team": "x"}),
+        training_job(annotations={**STAMP}),
+        WORKLOAD,
+        POD_OF,
+        [REFUSED_ANNOTATION],
+        id="drop-another-annotation",
+    ),
+    pytest.param(
+        training_job(),
+        training_job(annotations={**STAMP, "gangq.dev/ending": "{}"}),
+        WORKLOAD,
+        POD_OF,
+        [REFUSED_ANNOTATION],
+        id="add-another-annotation",
+    ),
+    pytest.param(
+        training_job("train-llm-2"),
+        training_job("train-llm-2", annotations=STAMP),
+        WORKLOAD,
+        POD_OF,
+        [REFUSED_OTHER_JOB],
+        id="another-job",
+    ),
+    pytest.param(training_job(), training_job(replicas=8), TENANT, {}, [], id="a-person"),
+    pytest.param(
+        training_job(),
+        training_job(replicas=8),
+        "system:serviceaccount:ci:deployer",
+        {"authentication.kubernetes.io/pod-name": ["deployer-0"]},
+        [],
+        id="a-pod-of-another-namespace",
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "user", "extra", "expected"), REPORT_CASES)
+def test_checkpoint_reports(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    user: str,
+    extra: dict[str, list[str]],
+    expected: list[str],
+) -> None:
+    """A pod of the job's namespace may move only the checkpoint annotation of its own job."""
+    found = update_denials(old, new, user=user, extra=extra)
+    assert [m[: len(e)] for m, e in zip(found, expected, strict=False)] == expected
+    assert len(found) == len(expected)

@@ -80,6 +80,7 @@ CUSTOM_KINDS = {
     "TrainingJob": "gangq.dev/v1alpha1",
 }
 EXAMPLES = ROOT / "examples" / "reference"
+CHECKPOINTING = ROOT / "examples" / "checkpointing"
 
 
 def kubernetes_schema_errors(doc: dict[str, Any], version: str) -> list[str]:
@@ -103,7 +104,7 @@ def example_documents() -> list[dict[str, Any]]:
     have no apiVersion."""
     return [
         doc
-        for path in sorted(EXAMPLES.glob("*.yaml"))
+        for path in sorted(EXAMPLES.glob("*.yaml")) + sorted(CHECKPOINTING.glob("*.yaml"))
         for doc in documents(path)
         if "apiVersion" in doc
     ]
@@ -129,7 +130,13 @@ def test_kustomize_output_matches_the_kubernetes_schema(target: str, version: st
 def test_crd_and_examples_match_the_kubernetes_schema(version: str) -> None:
     docs = [*documents(ROOT / "crds" / "trainingjob.yaml"), *example_documents()]
     assert [e for doc in docs for e in kubernetes_schema_errors(doc, version)] == []
-    assert {d["kind"] for d in docs} == {"CustomResourceDefinition", "Namespace", "TrainingJob"}
+    assert {d["kind"] for d in docs} == {
+        "CustomResourceDefinition",
+        "Namespace",
+        "TrainingJob",
+        "ServiceAccount",
+        "RoleBinding",
+    }
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
@@ -369,7 +376,7 @@ def test_base_installs_the_crd_of_crds() -> None:
 # --- RBAC ----------------------------------------------------------------------------------------
 
 EXPECTED_CLUSTER_PERMISSIONS = {
-    ("gangq.dev", "trainingjobs"): {"get", "list", "watch", "update", "patch"},
+    ("gangq.dev", "trainingjobs"): {"get", "list", "watch", "update", "patch", "delete"},
     ("gangq.dev", "trainingjobs/status"): {"get", "update", "patch"},
     ("gangq.dev", "trainingjobs/finalizers"): {"update"},
     ("", "pods"): {"get", "list", "watch", "create", "update", "patch", "delete"},
@@ -382,6 +389,7 @@ EXPECTED_CLUSTER_PERMISSIONS = {
         "update",
         "patch",
         "delete",
+        "deletecollection",
     },
     ("resource.k8s.io", "resourceclaims/status"): {"get", "update", "patch"},
     ("resource.k8s.io", "resourceslices"): {"get", "list", "watch"},

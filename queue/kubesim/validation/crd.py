@@ -50,8 +50,10 @@ class CustomResourceStrategy(Strategy):
             return causes
         if any(cause.reason in schema.BLOCKING for cause in causes):
             return [*causes, status.not_checked()]
-        old_body = None if old is None else {k: v for k, v in old.items() if k not in _ENVELOPE}
-        return causes + schema.rule_causes(body, old_body, self.openapi, has_old=old is not None)
+        old_body = None if old is None else _rule_view(old)
+        return causes + schema.rule_causes(
+            _rule_view(obj), old_body, self.openapi, has_old=old is not None
+        )
 
     def validate_create(self, obj: dict[str, Any], registry: Registry) -> list[status.Cause]:
         return self._causes(obj, None)
@@ -137,6 +139,15 @@ class CustomResourceDefinitionStrategy(Strategy):
     def after_delete(self, obj: dict[str, Any], registry: Registry) -> None:
         for rt in kinds.from_crd(obj):
             registry.uninstall(rt)
+
+
+def _rule_view(obj: dict[str, Any]) -> dict[str, Any]:
+    """What CEL rules see: the body, plus at the root only `metadata.name` and
+    `metadata.generateName`, as the real server exposes them to root-level rules."""
+    view = {key: value for key, value in obj.items() if key not in _ENVELOPE}
+    meta = obj.get("metadata") or {}
+    view["metadata"] = {k: meta[k] for k in ("name", "generateName") if k in meta}
+    return view
 
 
 def _soon(action: Any) -> None:

@@ -218,16 +218,11 @@ SHAPES: dict[str, dict[str, Shape]] = {
 }
 
 
+_TYPES: dict[type, str] = {bool: BOOLEAN, int: INTEGER, float: NUMBER, str: STRING, list: ARRAY}
+
+
 def _json_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return BOOLEAN
-    if isinstance(value, int):
-        return INTEGER
-    if isinstance(value, float):
-        return NUMBER
-    if isinstance(value, str):
-        return STRING
-    return ARRAY if isinstance(value, list) else OBJECT
+    return _TYPES.get(type(value), OBJECT)
 
 
 def _expected(shape: Shape) -> str:
@@ -237,30 +232,53 @@ def _expected(shape: Shape) -> str:
 
 
 def mismatch(value: Any, shape: Shape, path: str) -> tuple[str, str, str] | None:
-    """(path, found type, expected type) of the first wrongly typed field, or None."""
+    """(path, found type, expected type) of the first wrongly typed field, or None.
+
+    Every write of the emulator passes here: the walk builds no path while all is well (the
+    steps of the path are collected on the way back from a mismatch)."""
+    found = _walk(value, shape)
+    if found is None:
+        return None
+    steps, found_type, expected = found
+    for step in reversed(steps):
+        path = _step(path, step)
+    return path, found_type, expected
+
+
+def _step(path: str, step: str | int) -> str:
+    if isinstance(step, int):
+        return f"{path}[{step}]"
+    return f"{path}.{step}" if path else step
+
+
+def _walk(value: Any, shape: Shape) -> tuple[list[str | int], str, str] | None:
     if value is None:
         return None
-    expected, found = _expected(shape), _json_type(value)
+    expected, found = _expected(shape), _TYPES.get(type(value), OBJECT)
     if expected == QUANTITY:
-        return None if found in (STRING, INTEGER, NUMBER) else (path, found, STRING)
+        return None if found in (STRING, INTEGER, NUMBER) else ([], found, STRING)
     if found != expected and not (expected == NUMBER and found == INTEGER):
-        return path, found, expected
+        return [], found, expected
+    error: tuple[list[str | int], str, str] | None
     if isinstance(shape, list):
         for index, item in enumerate(value):
-            found_error = mismatch(item, shape[0], f"{path}[{index}]")
-            if found_error:
-                return found_error
+            error = _walk(item, shape[0])
+            if error is not None:
+                error[0].append(index)
+                return error
     elif isinstance(shape, tuple):
         for key, item in value.items():
-            found_error = mismatch(item, shape[1], f"{path}.{key}")
-            if found_error:
-                return found_error
+            error = _walk(item, shape[1])
+            if error is not None:
+                error[0].append(key)
+                return error
     elif isinstance(shape, dict):
         for key, child in shape.items():
             if key in value:
-                found_error = mismatch(value[key], child, f"{path}.{key}" if path else key)
-                if found_error:
-                    return found_error
+                error = _walk(value[key], child)
+                if error is not None:
+                    error[0].append(key)
+                    return error
     return None
 
 

@@ -251,6 +251,7 @@ def _rule_cause(
     rule: dict[str, Any], value: Any, schema: dict[str, Any], path: str
 ) -> status.Cause:
     field = path + str(rule.get("fieldPath", "")) if rule.get("fieldPath") else path
+    field = field or "<nil>"  # a rule of the schema's root has no field path
     message = str(rule.get("message") or f"failed rule: {rule.get('rule')}")
     reason = str(rule.get("reason") or "FieldValueInvalid")
     if schema.get("type") in ("object", "array"):

@@ -1,0 +1,62 @@
+"""The controller alone in its own process, for the end-to-end bench's CPU figure.
+
+Owns running `controller.run_controller` against a kubeconfig and a migrated database until
+SIGINT, then printing the CPU seconds this process spent after its imports as one JSON line.
+The bench's submitting client and the emulator run in other processes, so that figure is the
+controller's own. It must not create any workload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import signal
+import sys
+import time
+
+from kubernetes_asyncio import client, config
+
+from gangq.queue import config as gangq_config
+from gangq.queue import controller
+from gangq.queue.store import database
+
+RUN = "from gangq.queue.bench.controller_process import main; main()"
+
+
+async def _run(args: argparse.Namespace) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    settings = gangq_config.load(cycle_interval_s=args.cycle_interval, tenants=())
+    configuration = client.Configuration()
+    await config.load_kube_config(config_file=args.kubeconfig, client_configuration=configuration)
+    engine = database.create_engine(args.database_url)
+    try:
+        async with client.ApiClient(configuration) as api_client:
+            print("controller started", flush=True)
+            await controller.run_controller(
+                settings=settings, api_client=api_client, engine=engine, stop=stop
+            )
+    finally:
+        await engine.dispose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--database-url", required=True)
+    parser.add_argument("--cycle-interval", type=float, default=0.1)
+    parser.add_argument("--profile", help="write cProfile statistics of the run to this file")
+    args = parser.parse_args()
+    started = time.process_time()
+    if args.profile:
+        with cProfile.Profile(time.process_time) as profile:
+            asyncio.run(_run(args))
+        profile.dump_stats(args.profile)
+    else:
+        asyncio.run(_run(args))
+    print(json.dumps({"cpu_s": round(time.process_time() - started, 3)}), flush=True)
+    sys.exit(0)

@@ -1,0 +1,158 @@
+"""The simulator's goodput figures: checkpoints bound lost work, predictions learned from
+finished runs, `--config` replays a settings file, `--seeds` reports each seed and the worst."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gangq.queue import cli
+from gangq.queue.sim import engine, mixed, policy, report, trace
+
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "traces" / "sample.yaml"
+
+
+def _job(name: str, arrival: float, tier: str, **fields: Any) -> dict[str, Any]:
+    tenant = name.split("/", maxsplit=1)[0]
+    return {"name": name, "arrival": arrival, "tenant": tenant, "tier": tier, **fields}
+
+
+def _simulate(jobs: list[dict[str, Any]], *, nodes: int = 1, horizon: float = 500) -> Any:
+    replayed = trace.from_document(
+        {"horizon": horizon, "cluster": {"nodes": nodes, "racks": 1}, "jobs": jobs}
+    )
+    return engine.simulate(replayed, policy.create("gangq", device_class="gpu.nvidia.com"))
+
+
+def test_an_evicted_gang_loses_only_the_work_since_its_last_checkpoint() -> None:
+    """Evicted at 130 s (prod arrives at 100, 30 s grace) with a checkpoint every 50 s: 100 s
+    are saved, 30 s x 8 devices are lost, and the next attempt resumes from 100 s."""
+    jobs = [
+        _job("ci/s", 0, "small", devicesPerReplica=8, runtime=1000, checkpointInterval=50),
+        _job("prod/p", 100, "prod-inference", devicesPerReplica=8),
+    ]
+    outcome = _simulate(jobs)
+    summary = report.summarize(outcome)
+    assert summary["preemptions"] == 1
+    assert summary["device_hours_lost"] == pytest.approx(8 * 30 / 3600)
+    assert summary["lost_fraction"] == pytest.approx(8 * 30 / (8 * 500))
+    assert outcome.records["ci/s"].progress_s == 100
+
+
+def test_a_resumed_gang_runs_only_what_its_checkpoint_did_not_save() -> None:
+    jobs = [
+        _job("ci/s", 0, "small", devicesPerReplica=8, runtime=1000, checkpointInterval=50),
+        _job("prod/p", 100, "prod-inference", devicesPerReplica=8, runtime=200),
+    ]
+    outcome = _simulate(jobs, horizon=2000)
+    # prod runs 130-330; the small gang restarts at 330 with 900 s left
+    assert outcome.records["ci/s"].finished_at == 330 + 900
+
+
+def test_predictions_come_from_the_finished_runs_of_the_same_family() -> None:
+    jobs = [
+        _job("ci/eval-1", 0, "small", runtime=100, maxRuntime=900, family="eval"),
+        _job("ci/eval-2", 200, "small", runtime=120, maxRuntime=900, family="eval"),
+        _job("ci/other-1", 400, "small", runtime=50, maxRuntime=900),
+    ]
+    outcome = _simulate(jobs, horizon=1000)
+    records = outcome.records
+    assert records["ci/eval-1"].predicted_run_s == 900, "no history: the bound"
+    assert records["ci/eval-2"].predicted_run_s == 100
+    assert records["ci/other-1"].predicted_run_s == 900, "another family has its own history"
+    errors = sorted([800 / 100, 20 / 120, 850 / 50])
+    assert report.summarize(outcome)["prediction_error"] == errors[1]
+
+
+def test_fairness_is_one_when_every_tenant_gets_its_share() -> None:
+    jobs = [
+        _job("a/x", 0, "small", devicesPerReplica=4, runtime=400),
+        _job("b/y", 0, "small", devicesPerReplica=4, runtime=400),
+    ]
+    assert report.summarize(_simulate(jobs))["fairness"]["jain"] == pytest.approx(1.0)
+
+
+def _gangq(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    captured = capsys.readouterr()
+    code = exited.value.code
+    assert isinstance(code, int)
+    return code, captured.out, captured.err
+
+
+def _sample_figures(capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, Any]:
+    code, out, _ = _gangq(["sim", "--scenario", str(SAMPLE), "--json", *extra], capsys)
+    assert code == 0
+    figures: dict[str, Any] = json.loads(out)["policies"]["gangq"]
+    return figures
+
+
+def test_config_replays_the_tiers_of_a_settings_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default prod-inference tier evicts nobody in the sample; a file whose tiers let
+    a reclaim evict at once (reclaimWithinSeconds 0) makes the small jobs reclaim."""
+    settings = tmp_path / "gangq.yaml"
+    settings.write_text(
+        "tiers:\n"
+        "  - {name: prod-inference, rank: 300, longRunning: true}\n"
+        "  - {name: training, rank: 200, minRuntimeBeforePreemptionSeconds: 600}\n"
+        "  - {name: small, rank: 100, minRuntimeBeforePreemptionSeconds: 60}\n"
+    )
+    assert _sample_figures(capsys)["preemptions"] == 0
+    assert _sample_figures(capsys, "--config", str(settings))["preemptions"] == 1
+
+
+def test_config_replays_the_tenants_of_a_settings_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without borrowing, ml-train's second gang waits for its first to end."""
+    settings = tmp_path / "gangq.yaml"
+    settings.write_text(
+        "tenants:\n"
+        "  - name: prod\n"
+        "    quotas: [{deviceClass: gpu.nvidia.com, nominal: 16}]\n"
+        "  - name: ml-train\n"
+        "    quotas: [{deviceClass: gpu.nvidia.com, nominal: 12, borrowingLimit: 0}]\n"
+        "  - name: ci\n"
+        "    quotas: [{deviceClass: gpu.nvidia.com, nominal: 4, borrowingLimit: 8}]\n"
+    )
+    before = _sample_figures(capsys)["wait_by_tenant_s"]["ml-train"]["training"]["max"]
+    after = _sample_figures(capsys, "--config", str(settings))
+    assert after["wait_by_tenant_s"]["ml-train"]["training"]["max"] > before + 3600
+    settings.write_text(
+        "tenants:\n  - name: prod\n    quotas: [{deviceClass: gpu.nvidia.com, nominal: 16}]\n"
+    )
+    code, _, err = _gangq(["sim", "--scenario", str(SAMPLE), "--config", str(settings)], capsys)
+    assert code == 2
+    assert "tenants ci, ml-train of the trace have no quota" in err
+
+
+def test_seeds_report_each_seed_and_the_worst(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["sim", "--seeds", "1-2", "--days", "1", "--policy", "fifo-strict", "--json"]
+    code, out, _ = _gangq(argv, capsys)
+    assert code == 0
+    document = json.loads(out)
+    seeds = document["seeds"]
+    assert list(seeds) == ["1", "2"]
+    useful = [seeds[s]["policies"]["fifo-strict"]["utilization_useful"] for s in seeds]
+    assert document["worst"]["fifo-strict"]["utilization_useful"] == min(useful)
+    code, out, _ = _gangq(argv[:-1], capsys)
+    assert code == 0
+    assert out.splitlines()[-1].startswith("worst  fifo-strict")
+
+
+def test_the_mixed_week_has_five_tenants_with_nominal_8_and_bounds_above_runs() -> None:
+    week = mixed.generate(seed=1, days=2)
+    assert {q.tenant: q.nominal for q in week.quotas} == dict.fromkeys(mixed.TENANTS, 8)
+    assert all(
+        job.max_runtime_s is not None
+        and job.runtime_s is not None
+        and job.max_runtime_s >= job.runtime_s
+        for job in week.jobs
+    )
+    assert mixed.generate(seed=1, days=2) == week
