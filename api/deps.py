@@ -7,14 +7,19 @@ must not hold state: everything lives on `app.state`, set by the lifespan in `ap
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
+import asyncpg  # type: ignore[import-untyped]
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPBearer
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.api import auth
+
+logger = logging.getLogger(__name__)
 
 _bearer = HTTPBearer(
     auto_error=False, description="A token from the token file or a Kubernetes token"
@@ -98,8 +103,17 @@ async def quota_admin(
 
 
 async def session(request: Request) -> AsyncIterator[AsyncSession]:
-    async with request.app.state.session_factory() as opened:
+    """A session per request. It is closed after the response has started, so a connection
+    that died meanwhile (a PostgreSQL restart) must not raise there: the answer is sent, and
+    the pool replaces the connection."""
+    opened: AsyncSession = request.app.state.session_factory()
+    try:
         yield opened
+    finally:
+        try:
+            await opened.close()
+        except (SQLAlchemyError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError):
+            logger.debug("closing a request's database session failed", exc_info=True)
 
 
 PrincipalDep = Annotated[auth.Principal, Depends(current_principal)]
