@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Row, func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gangq.queue.core import model, prediction
+from gangq.queue.core import backfill, model, prediction
 from gangq.queue.store import timestamps
 from gangq.queue.store.models import FINISHED_PHASES, JobRow, RunRow
 
@@ -202,25 +202,6 @@ class Estimator:
         found = self._runtimes[key] = self.predictor.predict(shape, max_runtime_s=max_runtime_s)
         return found
 
-    @staticmethod
-    def end_at(
-        predicted_s: float | None, *, started_at: float, now: float, max_runtime_s: float | None
-    ) -> float | None:
-        """When a gang started at `started_at` is expected to end: its prediction, grown in
-        steps while the gang outlives it (each step as if taken when the last one ran out, so
-        the end moves a few times, not every cycle, and a restarted leader computes the same)."""
-        if predicted_s is None:
-            return None
-        elapsed = now - started_at
-        while elapsed >= predicted_s:
-            longer = prediction.RuntimePredictor.outlived(
-                predicted_s, elapsed_s=predicted_s, max_runtime_s=max_runtime_s
-            )
-            if longer <= predicted_s:
-                break
-            predicted_s = longer
-        return started_at + predicted_s
-
 
 async def estimate(
     session: AsyncSession,
@@ -284,14 +265,13 @@ async def estimate(
         placement=placement,
         started_at=started,
         max_runtime_s=bound,
+        predicted_end_at=None if predicted is None else started + predicted,
         last_checkpoint_at=checkpoint,
         checkpoint_interval_s=interval,
     )
     return Estimate(
         predicted_runtime_s=predicted,
-        predicted_end_at=Estimator.end_at(
-            predicted, started_at=started, now=now, max_runtime_s=bound
-        ),
+        predicted_end_at=backfill.expected_end(gang, now=now),
         lost_work_device_s=gang.lost_work_device_s(now),
         last_checkpoint_at=checkpoint,
         checkpoint_interval_s=interval,

@@ -120,14 +120,13 @@ def running_job(
     *,
     specs: SpecMemo,
     estimator: runs.Estimator | None = None,
-    now: float = 0.0,
 ) -> model.RunningJob:
-    """A gang holding devices; with an `estimator`, its predicted end as of `now` (rule 5)."""
+    """A gang holding devices; with an `estimator`, its predicted end (rule 5)."""
     started = timestamps.to_unix(row.started_at or row.admitted_at or row.submitted_at)
     bound = None if row.max_runtime_s is None else float(row.max_runtime_s)
-    predicted_end = runs.Estimator.end_at(
-        _predicted_runtime_s(row, estimator), started_at=started, now=now, max_runtime_s=bound
-    )
+    predicted = _predicted_runtime_s(row, estimator)
+    # the first prediction: the core lengthens it while the gang outlives it (and says so)
+    predicted_end = None if predicted is None else started + predicted
     return model.RunningJob(
         key=key_of(row),
         uid=row.uid,
@@ -190,7 +189,7 @@ async def load(
         except InvalidInputError as error:
             unreadable[row.id] = f"invalid: job {key_of(row)} cannot be read: {error}"
     running = tuple(
-        running_job(row, placements.get(row.id, ()), specs=specs, estimator=estimator, now=now)
+        running_job(row, placements.get(row.id, ()), specs=specs, estimator=estimator)
         for row in holding
     )
     return Loaded(
