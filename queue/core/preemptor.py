@@ -177,11 +177,11 @@ def _is_due(job: PendingJob, *, state: CycleState) -> bool:
 
 
 def _within_tier(victims: tuple[RunningJob, ...], tier: Tier, *, state: CycleState) -> bool:
-    """A reclaimer of the lowest tier whose victims are all of that tier too: their runs are
-    as short as its own (minutes for small jobs) and so is the work they lose, so the reclaim
-    need not wait out its patience for them to end; it evicts at once when that pays."""
-    lowest = min(t.rank for t in state.tiers.values())
-    return tier.rank == lowest and all(state.tiers[v.tier].rank == lowest for v in victims)
+    """Every victim is of the reclaimer's tier or below: the reclaimer's own work is worth as
+    much, and evicting now loses less than evicting once patience runs out, so the reclaim
+    evicts at once when that pays. Patience is for borrowers of higher tiers (a small job
+    waits for a borrowed training gang rather than destroy hours of its work)."""
+    return all(state.tiers[v.tier].rank <= tier.rank for v in victims)
 
 
 def weigh(

@@ -229,10 +229,10 @@ def test_a_reclaim_evicts_once_it_has_waited_its_patience() -> None:
     assert _victims(_reclaim(waited_s=28_800.0)) == ["team-b/borrower"]
 
 
-def test_a_small_reclaim_evicts_a_small_borrower_at_once_when_that_pays() -> None:
-    """Small borrowers lose minutes of work: the reclaim takes the cheapest of them now rather
-    than wait up to its patience for one to end (a borrowed training gang would be waited
-    for, as above)."""
+def test_a_reclaim_evicts_borrowers_of_its_tier_at_once_when_that_pays() -> None:
+    """Borrowers of the reclaimer's own tier: the reclaim takes the cheapest of them now,
+    since that pays, rather than wait up to its patience for one to end (a borrowed training
+    gang would be waited for, as above)."""
     borrowers = tuple(
         _running(
             f"b{i}",

@@ -304,7 +304,7 @@ def test_a_borrower_ending_before_the_owed_devices_free_may_use_them() -> None:
         builders.gang("b", [("node-1", range(2))], tenant="t2", tier="training", borrowed=2),
     )
     running = tuple(replace(gang, started_at=now - 600) for gang in gangs)
-    owed = builders.job("big", tenant="t0", tier="training", per_replica=4, submitted_at=now)
+    owed = builders.job("big", tenant="t0", tier="small", per_replica=4, submitted_at=now)
     short = builders.job("short", tenant="t2", tier="small", max_runtime_s=600, submitted_at=now)
     long = builders.job("long", tenant="t2", tier="small", max_runtime_s=7200, submitted_at=now)
     result = _one_cycle(owed, short, long, running=running, quotas=quotas)
