@@ -220,6 +220,8 @@ def _takes_owed(job: PendingJob, shape: placement.Shape, mask: Mask, *, state: C
     free = state.pool.free_count(job.device_class)
     if free - job.device_count >= owed:
         return False
+    if _ends_before_owed(job, owed=owed, free=free, state=state):
+        return False
     eager = state.may_preempt(job)
     memo_key = (shape, mask, job.tier, job.tenant, owed, free, eager)
     known = state.owed_verdicts.get(memo_key)
@@ -236,6 +238,30 @@ def _takes_owed(job: PendingJob, shape: placement.Shape, mask: Mask, *, state: C
     reason = _owed_reason(job, state=state)
     state.pending[job.key] = state.owed_verdicts[memo_key] = reason
     return True
+
+
+def _ends_before_owed(job: PendingJob, *, owed: int, free: int, state: CycleState) -> bool:
+    """A borrower predicted to end before the owed devices could all be free, even with its
+    own, takes nothing the owed jobs could use sooner: like a job backfilled before a
+    reservation, it may run on them. Counted over the predicted ends of running gangs (a
+    lower bound on when the owed jobs could start; those that fit now keep their holds)."""
+    end = _job_end(job, state=state)
+    if end == math.inf:
+        return False
+    memo_key = (job.device_class, owed, free, end)
+    known = state.ends_before_owed.get(memo_key)
+    if known is not None:
+        return known
+    coming = free
+    for release_end, gang in heapq.merge(
+        state.running_releases(), state.admitted_releases, key=backfill.release_order
+    ):
+        if release_end >= end or coming >= owed:
+            break
+        if gang.device_class == job.device_class and gang.key not in state.claimed:
+            coming += gang.device_count
+    found = state.ends_before_owed[memo_key] = coming < owed
+    return found
 
 
 def _owed_reason(job: PendingJob, *, state: CycleState) -> explain.PendingReason:

@@ -12,6 +12,9 @@ what others are owed, which also covers demand that only evictions can meet) and
 (the owed jobs that fit now get tentative placements borrowers must leave alone, since a count
 cannot see that a borrower spread over the nodes leaves no node with room for a 4-device job).
 A job that could never be placed still counts, bounded by its tenant's room below nominal.
+The count yields, as a backfill reservation does, to a borrower predicted to end before the
+free devices plus those released by running gangs' predicted ends could cover what is owed:
+it takes nothing the owed jobs could use sooner (the cycle checks that; the holds stay).
 
 The same holds for preemption: a borrowing preemptor may evict only borrowed use of other
 tenants (`preemption.is_eligible`) and must leave what is owed once its victims are gone, so a

@@ -20,6 +20,7 @@ from gangq.queue.core.model import (
     PendingJob,
     Preemption,
     RunningJob,
+    Tier,
     Topology,
     TopologyMode,
     Victim,
@@ -175,6 +176,14 @@ def _is_due(job: PendingJob, *, state: CycleState) -> bool:
     return state.now - job.submitted_at >= tier.reclaim_within_s
 
 
+def _within_tier(victims: tuple[RunningJob, ...], tier: Tier, *, state: CycleState) -> bool:
+    """Every victim is of the reclaimer's tier or below: the reclaimer's own work is worth as
+    much, and evicting now loses less than evicting once patience runs out, so the reclaim
+    evicts at once when that pays. Patience is for borrowers of higher tiers (a small job
+    waits for a borrowed training gang rather than destroy hours of its work)."""
+    return all(state.tiers[v.tier].rank <= tier.rank for v in victims)
+
+
 def weigh(
     job: PendingJob,
     shape: placement.Shape,
@@ -213,7 +222,7 @@ def weigh(
         left = job.submitted_at + tier.reclaim_within_s - now
         if left <= 0:
             return None
-        if wait is not None and wait <= left:
+        if wait is not None and wait <= left and not _within_tier(victims, tier, state=state):
             return explain.reclaim_patience(free_in_s=wait, evict_in_s=left)
     factor = state.policy.preemption_cost_factor
     served = job.device_count

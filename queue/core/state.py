@@ -70,6 +70,9 @@ class CycleState:
     ] = field(default_factory=dict)
     """Borrowers refused for what others are owed, by shape, holds, tier, tenant, owed, free
     and whether the job may preempt yet."""
+    ends_before_owed: dict[tuple[str, int, int, float], bool] = field(default_factory=dict)
+    """Whether a borrower ending then leaves the owed devices before they could all be free,
+    by device class, owed, free and the borrower's end."""
     masks: dict[tuple[int, float], Mask] = field(default_factory=dict)
     """Holds in force by (number of holds so far, job end): jobs share a few runtimes."""
     merged_holds: dict[Mask, tuple[frozenset[DeviceId], dict[NodeName, Room]]] = field(

@@ -229,6 +229,26 @@ def test_a_reclaim_evicts_once_it_has_waited_its_patience() -> None:
     assert _victims(_reclaim(waited_s=28_800.0)) == ["team-b/borrower"]
 
 
+def test_a_reclaim_evicts_borrowers_of_its_tier_at_once_when_that_pays() -> None:
+    """Borrowers of the reclaimer's own tier: the reclaim takes the cheapest of them now,
+    since that pays, rather than wait up to its patience for one to end (a borrowed training
+    gang would be waited for, as above)."""
+    borrowers = tuple(
+        _running(
+            f"b{i}",
+            "node-0",
+            range(i, i + 1),
+            ran_s=120.0 + i,
+            predicted_left_s=1800.0,
+            borrowed=True,
+        )
+        for i in range(8)
+    )
+    job = builders.job("x", tier="small", submitted_at=NOW - 400.0)
+    result = _cycle(job, running=borrowers, quotas=RECLAIM_QUOTAS)
+    assert _victims(result) == ["team-b/b0"]
+
+
 # --- predicted runtimes in reservations ------------------------------------------------------
 
 
