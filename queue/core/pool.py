@@ -223,16 +223,17 @@ class Pool:
         if found is None:
             per_node = self._matching_per_node.get(key)
             if per_node is None:
-                per_node = self._matching_per_node[key] = {}
-                is_matching = self._matching_of(key)
-                for device_id, device in self.inventory.devices.items():
-                    if (
-                        device.node is not None
-                        and not device.is_tainted
-                        and is_matching(device, device_id)
-                    ):
-                        node = NodeName(device.node)
-                        per_node[node] = per_node.get(node, 0) + 1
+                # counted once per inventory by the matcher, not once per cycle: a scan of
+                # every device costs more than a whole cycle's placements
+                expressions = self._expressions_of(key)
+                counts = (
+                    {}
+                    if expressions is None
+                    else self.matcher.count_by_node(expressions, self.inventory.devices)
+                )
+                per_node = self._matching_per_node[key] = {
+                    NodeName(node): count for node, count in counts.items()
+                }
             found = frozenset(n for n, c in per_node.items() if c >= count)
             self._capable[cache_key] = found
         return found
