@@ -350,17 +350,10 @@ def _reserve(
         # a gang no single domain can ever hold would sweep every release in vain
         state.unreservable.add(shape)
         return None
-    releases = (
-        (end, gang)
-        for end, gang in heapq.merge(
-            state.running_releases(), state.admitted_releases, key=backfill.release_order
-        )
-        if gang.key not in state.claimed
-    )
     found = backfill.earliest_start(
         shape,
         pool=state.pool,
-        releases=releases,
+        releases=state.releases(),
         now=state.now,
         excluded=excluded,
         held_room=held_room,

@@ -8,7 +8,6 @@ eviction pays (`weigh`) and records the outcome in the cycle state. No I/O.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 from collections.abc import Iterator
@@ -251,17 +250,10 @@ def _expected_start(
     cache_key = (shape, excluded)
     if cache_key in state.expected_starts:
         return state.expected_starts[cache_key]
-    releases = (
-        (end, gang)
-        for end, gang in heapq.merge(
-            state.running_releases(), state.admitted_releases, key=backfill.release_order
-        )
-        if gang.key not in state.claimed
-    )
     found = backfill.earliest_start(
         shape,
         pool=state.pool,
-        releases=releases,
+        releases=state.releases(),
         now=state.now,
         excluded=excluded,
         held_room=held_room,

@@ -6,6 +6,8 @@ failed searches, and victim lists sorted once per cycle. It decides nothing itse
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from gangq.queue.core import backfill, explain, ordering, placement, preemption
@@ -210,3 +212,14 @@ class CycleState:
                 self.snapshot.running, tiers=self.tiers, now=self.now
             )
         return self._running_releases
+
+    def releases(self) -> Iterator[tuple[float, RunningJob]]:
+        """Every gang that will free devices, earliest first: snapshot gangs and this cycle's
+        admissions, less the gangs a preemptor of this cycle already counts on."""
+        return (
+            (end, gang)
+            for end, gang in heapq.merge(
+                self.running_releases(), self.admitted_releases, key=backfill.release_order
+            )
+            if gang.key not in self.claimed
+        )
