@@ -91,6 +91,20 @@ def _by_tenant(records: Iterable[JobRecord]) -> dict[str, dict[str, dict[str, fl
     return {tenant: _grouped(tenants[tenant], "tier") for tenant in sorted(tenants)}
 
 
+def _by_cause(records: Iterable[JobRecord]) -> dict[str, dict[str, float]]:
+    """Hours waited per tier and cause (explain.WaitCause), most first: which rule the waits
+    of a week come from (a tenant's own limit, capacity, reclaim patience, ...)."""
+    tiers: dict[str, dict[str, float]] = {}
+    for record in records:
+        by_cause = tiers.setdefault(record.job.tier, {})
+        for cause, seconds in record.waited_by_cause.items():
+            by_cause[cause] = by_cause.get(cause, 0.0) + seconds / HOUR
+    return {
+        tier: dict(sorted(tiers[tier].items(), key=lambda item: (-item[1], item[0])))
+        for tier in sorted(tiers)
+    }
+
+
 def _started_or(record: JobRecord, horizon: float) -> float:
     return record.first_started_at if record.first_started_at is not None else horizon
 
@@ -211,6 +225,7 @@ def summarize(outcome: Outcome) -> dict[str, Any]:
         "wait_max_s": {tier: stats["max"] for tier, stats in waits_by_tier.items()},
         "wait_by_gang_size_s": _grouped(records, "shape"),
         "wait_by_tenant_s": _by_tenant(records),
+        "wait_by_cause_h": _by_cause(records),
         "max_gang_wait_s": max((r.waited_s for r in gangs), default=None),
         "max_reservation_slip_s": _slip(records, horizon=trace.horizon_s),
         "jobs": len(records),
@@ -263,6 +278,9 @@ def _rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
     for tenant, by_tier in summary["wait_by_tenant_s"].items():
         for tier, stats in by_tier.items():
             rows.append((f"wait p95 {tenant} {tier}", _hours(stats["p95"])))
+    for tier, by_cause in summary["wait_by_cause_h"].items():
+        for cause, hours in by_cause.items():
+            rows.append((f"hours waited {tier}: {cause}", f"{hours:.1f}"))
     rows += [
         ("longest gang wait", _hours(summary["max_gang_wait_s"])),
         ("longest start past reservation", _hours(summary["max_reservation_slip_s"])),

@@ -68,6 +68,15 @@ def test_gang_policies_differ_in_what_may_pass_a_blocked_gang(
     assert not record.was_partial
 
 
+def test_strict_fifo_says_the_jobs_behind_a_blocked_head_wait_for_it() -> None:
+    """ci/c fits from its arrival at 2 but waits behind ml/b until ml/b starts at 100 (as
+    behind a reservation of the whole cluster), then for ml/b's devices until 200; ml/b itself
+    waits for capacity."""
+    outcome = _run("fifo-strict", _trace(2, BACKFILL))
+    assert outcome.records["ci/c"].waited_by_cause == {"backfill": 98, "capacity": 100}
+    assert set(outcome.records["ml/b"].waited_by_cause) == {"capacity"}
+
+
 def test_gangq_promises_the_blocked_gang_a_start_and_keeps_it() -> None:
     outcome = _run("gangq", _trace(2, BACKFILL))
     assert outcome.records["ml/b"].promised_start == 100
@@ -139,6 +148,11 @@ def test_gangq_reclaims_for_a_small_job_once_its_preemption_delay_is_over() -> N
     outcome = _run("gangq", trace.from_document(document))
     assert outcome.records["research/t"].evictions == 1
     assert outcome.records["ci/s"].first_started_at == 430
+    waited = outcome.records["ci/s"].waited_by_cause
+    assert waited["evicting"] == 30
+    assert sum(waited.values()) == outcome.records["ci/s"].waited_s == 330
+    by_cause = report.summarize(outcome)["wait_by_cause_h"]["small"]
+    assert by_cause == {cause: seconds / 3600 for cause, seconds in waited.items()}
 
 
 def test_a_job_is_stopped_at_its_max_runtime() -> None:
