@@ -22,13 +22,16 @@ from gangq.queue.core.model import (
 from gangq.queue.core.pool import Pool
 
 _RANKS = {tier.name: tier.rank for tier in DEFAULT_TIERS}
-_NO_ROOM = explain.PendingReason(
+NO_ROOM = explain.PendingReason(
     explain.ReasonCode.CAPACITY, "capacity: no placement", explain.WaitCause.CAPACITY
 )
-_BEHIND = explain.PendingReason(
+BEHIND = explain.PendingReason(
     explain.ReasonCode.BACKFILL, "backfill: behind the head of the line", explain.WaitCause.BACKFILL
 )
 """Strict FIFO: the job ahead holds every device, as a reservation of the whole cluster."""
+OVER_LIMIT = explain.PendingReason(
+    explain.ReasonCode.QUOTA, "quota: over the tenant's limit", explain.WaitCause.LIMIT
+)
 
 
 def fifo_key(job: PendingJob) -> tuple[int, float, str]:
@@ -55,7 +58,7 @@ class FifoPolicy:
         ordered = sorted(snapshot.pending, key=fifo_key)
         for index, job in enumerate(ordered):
             if job.tenant in blocked_tenants:
-                pending[job.key] = _BEHIND
+                pending[job.key] = BEHIND
                 continue
             refusal = book.refusal(job)
             if refusal is not None:
@@ -65,9 +68,9 @@ class FifoPolicy:
                 continue
             choice = placement.place(placement.Shape.of(job), pool)
             if isinstance(choice, placement.Shortfall):
-                pending[job.key] = _NO_ROOM
+                pending[job.key] = NO_ROOM
                 if self.strict:
-                    pending.update((behind.key, _BEHIND) for behind in ordered[index + 1 :])
+                    pending.update((behind.key, BEHIND) for behind in ordered[index + 1 :])
                     break
                 continue
             replicas = placement.as_placement(choice)

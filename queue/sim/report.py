@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from gangq.queue.core.explain import WaitCause
 from gangq.queue.core.model import DEFAULT_TIERS
 from gangq.queue.sim.outcome import JobRecord, Outcome, Timeline
 from gangq.queue.sim.trace import Trace
@@ -203,6 +204,10 @@ def summarize(outcome: Outcome) -> dict[str, Any]:
     records = _arrived(outcome)
     gangs = [r for r in records if r.job.replicas > 1]
     waits_by_tier = _grouped(records, "tier")
+    beyond_limit: dict[str, list[float]] = {}
+    for record in records:
+        own_limit = record.waited_by_cause.get(WaitCause.LIMIT, 0.0)
+        beyond_limit.setdefault(record.job.tier, []).append(record.waited_s - own_limit)
     return {
         "utilization": allocated / (capacity * trace.horizon_s),
         "utilization_busy": busy_allocated / (capacity * busy) if busy > 0 else None,
@@ -223,6 +228,9 @@ def summarize(outcome: Outcome) -> dict[str, Any]:
         "wait_p50_s": {tier: stats["p50"] for tier, stats in waits_by_tier.items()},
         "wait_p95_s": {tier: stats["p95"] for tier, stats in waits_by_tier.items()},
         "wait_max_s": {tier: stats["max"] for tier, stats in waits_by_tier.items()},
+        "wait_p95_beyond_limit_s": {
+            tier: percentile(waits, 0.95) for tier, waits in sorted(beyond_limit.items())
+        },
         "wait_by_gang_size_s": _grouped(records, "shape"),
         "wait_by_tenant_s": _by_tenant(records),
         "wait_by_cause_h": _by_cause(records),
@@ -271,6 +279,13 @@ def _rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
                 " / ".join(
                     _hours(summary[key][tier]) for key in ("wait_p50_s", "wait_p95_s", "wait_max_s")
                 ),
+            )
+        )
+    for tier in tiers:
+        rows.append(
+            (
+                f"wait p95 {tier} beyond its tenant's limit",
+                _hours(summary["wait_p95_beyond_limit_s"][tier]),
             )
         )
     for shape, stats in summary["wait_by_gang_size_s"].items():

@@ -196,3 +196,22 @@ def test_the_simulator_refuses_a_device_given_twice() -> None:
         match=re.escape("rule 1: gpu.nvidia.com/gpu-0/gpu-0 given to ci/b while ci/a holds it"),
     ):
         engine.simulate(_trace(1, jobs), _DoubleBooking())
+
+
+@pytest.mark.parametrize("name", ["gangq", "fifo-strict", "fifo-besteffort", "device-plugin"])
+def test_waits_on_the_tenants_own_limit_are_told_apart(name: str) -> None:
+    """ci may hold one device: its second job waits 100 s for the first with a free node
+    beside it, which only its own quota explains; no policy could have started it sooner."""
+    document = {
+        "horizon": 1000,
+        "cluster": {"nodes": 1, "racks": 1},
+        "tenants": [{"name": "ci", "nominal": 1}],
+        "jobs": [
+            _job("ci/a", 0, "small", runtime=100, maxRuntime=100),
+            _job("ci/b", 0, "small", runtime=100, maxRuntime=100),
+        ],
+    }
+    summary = report.summarize(_run(name, trace.from_document(document)))
+    assert summary["wait_p95_s"]["small"] == 100
+    assert summary["wait_p95_beyond_limit_s"]["small"] == 0
+    assert summary["wait_by_cause_h"]["small"] == {"limit": pytest.approx(100 / 3600)}
