@@ -358,14 +358,33 @@ def worst(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "wait_p95_s": {
             tier: highest(s["wait_p95_s"].get(tier) for s in summaries) for tier in tiers
         },
+        "wait_p95_beyond_limit_s": {
+            tier: highest(s["wait_p95_beyond_limit_s"].get(tier) for s in summaries)
+            for tier in tiers
+        },
     }
 
 
-SEED_COLUMNS = ("useful", "lost", "prod p95", "training p95", "small p95", "partial", "jain")
+SEED_COLUMNS = (
+    "useful",
+    "lost",
+    "prod p95",
+    "training p95",
+    "small p95",
+    "small p95 beyond limit",
+    "partial",
+    "jain",
+)
 
 
 def _seed_cells(
-    useful: Any, lost: Any, waits: Mapping[str, Any], partial: Any, jain: Any
+    *,
+    useful: Any,
+    lost: Any,
+    waits: Mapping[str, Any],
+    beyond_limit: Mapping[str, Any],
+    partial: Any,
+    jain: Any,
 ) -> list[str]:
     return [
         _percent(useful),
@@ -373,6 +392,7 @@ def _seed_cells(
         _hours(waits.get("prod-inference")),
         _hours(waits.get("training")),
         _hours(waits.get("small")),
+        _hours(beyond_limit.get("small")),
         str(partial),
         _ratio(jain),
     ]
@@ -392,11 +412,12 @@ def seeds_table(
                     str(seed),
                     name,
                     *_seed_cells(
-                        s["utilization_useful"],
-                        s["lost_fraction"],
-                        s["wait_p95_s"],
-                        s["partial_starts"],
-                        s["fairness"]["jain"],
+                        useful=s["utilization_useful"],
+                        lost=s["lost_fraction"],
+                        waits=s["wait_p95_s"],
+                        beyond_limit=s["wait_p95_beyond_limit_s"],
+                        partial=s["partial_starts"],
+                        jain=s["fairness"]["jain"],
                     ),
                 ]
             )
@@ -406,11 +427,12 @@ def seeds_table(
                 "worst",
                 name,
                 *_seed_cells(
-                    w["utilization_useful"],
-                    w["lost_fraction"],
-                    w["wait_p95_s"],
-                    w["partial_starts"],
-                    w["fairness_jain"],
+                    useful=w["utilization_useful"],
+                    lost=w["lost_fraction"],
+                    waits=w["wait_p95_s"],
+                    beyond_limit=w["wait_p95_beyond_limit_s"],
+                    partial=w["partial_starts"],
+                    jain=w["fairness_jain"],
                 ),
             ]
         )
