@@ -64,10 +64,12 @@ def new_registry(*, history_size: int = WATCH_WINDOW) -> Registry:
 
 
 def seed(registry: Registry, inventory: cluster.Inventory) -> None:
-    registry.create(kinds.DEVICE_CLASSES, "", cluster.device_class(inventory))
+    for device_class in cluster.device_classes(inventory):
+        registry.create(kinds.DEVICE_CLASSES, "", device_class)
     for index in range(inventory.nodes):
         registry.create(kinds.NODES, "", cluster.node(inventory, index))
-        registry.create(kinds.RESOURCE_SLICES, "", cluster.resource_slice(inventory, index))
+        for resource_slice in cluster.resource_slices(inventory, index):
+            registry.create(kinds.RESOURCE_SLICES, "", resource_slice)
 
 
 def install_crd(registry: Registry, path: Path) -> None:

@@ -94,3 +94,17 @@ def test_cluster_up_names_a_broken_crd_file(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert f"gangq: error: CRD {broken}: " in result.stderr and "is invalid" in result.stderr
+
+
+def test_cluster_up_refuses_more_split_nodes_than_nodes() -> None:
+    split = ["--nodes", "2", "--partitioned-nodes", "2", "--shared-nodes", "1"]
+    result = subprocess.run(
+        [sys.executable, "-c", COMMAND, "cluster", "up", *split],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "--partitioned-nodes plus --shared-nodes must not exceed --nodes (2 + 1 > 2)" in (
+        result.stderr
+    )
