@@ -107,8 +107,12 @@ def published(slices: Iterable[Mapping[str, Any]]) -> Published:
 
 @dataclass(slots=True)
 class Usage:
-    """What the current allocations take: exclusive devices, counters, shared capacity."""
+    """What allocations take: exclusive devices, counters, shared capacity.
 
+    A trial is a `child()` that records only its own additions over its parent, so trying a
+    node or an alternative costs nothing for the rest of the cluster; `merge()` keeps it."""
+
+    parent: Usage | None = None
     held: dict[DeviceKey, str] = field(default_factory=dict)
     """Allocated devices that allow one allocation -> namespace/name of the claim."""
     in_use: set[DeviceKey] = field(default_factory=set)
@@ -117,29 +121,52 @@ class Usage:
     consumed: dict[DeviceKey, dict[str, int]] = field(default_factory=dict)
     """Capacity taken from shared devices by the allocations holding them."""
 
-    def copy(self) -> Usage:
-        return Usage(
-            held=dict(self.held),
-            in_use=set(self.in_use),
-            counters=copy.deepcopy(self.counters),
-            consumed=copy.deepcopy(self.consumed),
-        )
+    def child(self) -> Usage:
+        return Usage(parent=self)
+
+    def holds(self, key: DeviceKey) -> bool:
+        return key in self.held or (self.parent is not None and self.parent.holds(key))
+
+    def uses(self, key: DeviceKey) -> bool:
+        return key in self.in_use or (self.parent is not None and self.parent.uses(key))
+
+    def counter(self, key: CounterSetKey, name: str) -> int:
+        own = self.counters.get(key, {}).get(name, 0)
+        return own + (self.parent.counter(key, name) if self.parent is not None else 0)
+
+    def taken(self, key: DeviceKey, name: str) -> int:
+        own = self.consumed.get(key, {}).get(name, 0)
+        return own + (self.parent.taken(key, name) if self.parent is not None else 0)
 
     def add(self, result: Mapping[str, Any], traits: Traits, owner: str) -> None:
         key = (str(result.get("driver")), str(result.get("pool")), str(result.get("device")))
         if not traits.shared:
             self.held[key] = owner
         else:
-            taken = self.consumed.setdefault(key, {})
-            for name, amount in _amounts_of(result.get("consumedCapacity")).items():
-                taken[name] = taken.get(name, 0) + amount
-        if key in self.in_use:
+            _add_amounts(self.consumed, key, _amounts_of(result.get("consumedCapacity")))
+        if self.uses(key):
             return
         self.in_use.add(key)
         for counter_set, counters in traits.consumes:
-            used = self.counters.setdefault((key[0], key[1], counter_set), {})
-            for name, amount in counters.items():
-                used[name] = used.get(name, 0) + amount
+            _add_amounts(self.counters, (key[0], key[1], counter_set), counters)
+
+    def merge(self) -> None:
+        """Move this trial's additions into its parent."""
+        parent = self.parent
+        if parent is None:
+            return
+        parent.held.update(self.held)
+        parent.in_use.update(self.in_use)
+        for counter_key, amounts in self.counters.items():
+            _add_amounts(parent.counters, counter_key, amounts)
+        for device_key, amounts in self.consumed.items():
+            _add_amounts(parent.consumed, device_key, amounts)
+
+
+def _add_amounts(totals: dict[Any, dict[str, int]], key: Any, amounts: Mapping[str, int]) -> None:
+    found = totals.setdefault(key, {})
+    for name, amount in amounts.items():
+        found[name] = found.get(name, 0) + amount
 
 
 def _amounts_of(raw: Mapping[str, Any] | None) -> dict[str, int]:
@@ -239,7 +266,7 @@ def format_milli(value: int) -> str:
 
 
 def _capacity(
-    spec: Mapping[str, Any], traits: Traits, taken: Mapping[str, int]
+    spec: Mapping[str, Any], traits: Traits, key: DeviceKey, used: Usage
 ) -> dict[str, int] | None:
     """Capacity this request would consume on the device, or None if it does not fit."""
     requests = _amounts_of((spec.get("capacity") or {}).get("requests"))
@@ -252,22 +279,22 @@ def _capacity(
     consumed: dict[str, int] = {}
     for name, value in traits.capacity.items():
         amount = _policy_amount(requests.get(name), value, traits.policies.get(name) or {})
-        if amount is None or taken.get(name, 0) + amount > value:
+        if amount is None or used.taken(key, name) + amount > value:
             return None
         consumed[name] = amount
     return consumed
 
 
 def _counters_fit(key: DeviceKey, traits: Traits, inventory: Published, used: Usage) -> bool:
-    if key in used.in_use:
+    if used.uses(key):
         return True
     for counter_set, counters in traits.consumes:
-        available = inventory.counters.get((key[0], key[1], counter_set))
+        set_key = (key[0], key[1], counter_set)
+        available = inventory.counters.get(set_key)
         if available is None:
             return False
-        taken = used.counters.get((key[0], key[1], counter_set), {})
         for name, amount in counters.items():
-            if name not in available or taken.get(name, 0) + amount > available[name]:
+            if name not in available or used.counter(set_key, name) + amount > available[name]:
                 return False
     return True
 
@@ -300,11 +327,10 @@ def allocate(
     impossible; on success `used` includes them."""
     owner = f"{claim['metadata'].get('namespace')}/{claim['metadata'].get('name')}"
     for candidates in _group(devices, _constraint_attributes(claim)):
-        trial = used.copy()
+        trial = used.child()
         results = _fill(claim, candidates, trial, context=context, owner=owner)
         if results is not None:
-            used.held, used.in_use = trial.held, trial.in_use
-            used.counters, used.consumed = trial.counters, trial.consumed
+            trial.merge()
             return results
     return None
 
@@ -320,11 +346,10 @@ def _fill(
     results: list[dict[str, Any]] = []
     for alternatives in _alternatives(claim):
         for request_name, spec in alternatives:
-            trial = used.copy()
+            trial = used.child()
             chosen = _choose(spec, candidates, trial, context=context, owner=owner)
             if chosen is not None:
-                used.held, used.in_use = trial.held, trial.in_use
-                used.counters, used.consumed = trial.counters, trial.consumed
+                trial.merge()
                 results += [{"request": request_name, **result} for result in chosen]
                 break
         else:
@@ -350,9 +375,9 @@ def _choose(
     for found in candidates:
         key = (found.driver, found.pool, found.name)
         traits = context.inventory.traits.get(key, Traits())
-        if key in used.held or not _tolerated(found, tolerations):
+        if used.holds(key) or not _tolerated(found, tolerations):
             continue
-        consumed = _capacity(spec, traits, used.consumed.get(key, {}))
+        consumed = _capacity(spec, traits, key, used)
         if consumed is None or not _counters_fit(key, traits, context.inventory, used):
             continue
         try:

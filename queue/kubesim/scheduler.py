@@ -176,13 +176,13 @@ class Scheduler:
             if reason is not None:
                 rejected[name] = reason
                 continue
-            trial = view.devices.copy()
+            trial = view.devices.child()
             plan = self._plan(pod_claims, node, view, trial)
             if isinstance(plan, str):
                 rejected[name] = plan
                 continue
-            view.devices = trial
-            self._commit(pod, node, pod_claims, plan, view)
+            if self._commit(pod, node, pod_claims, plan, view):
+                trial.merge()
             return
         self._post_filter(pod_claims, rejected)
         self._pending(pod, unschedulable_message(len(view.nodes), rejected))
@@ -252,7 +252,8 @@ class Scheduler:
         pod_claims: list[dict[str, Any]],
         plan: dict[str, list[dict[str, Any]]],
         view: _View,
-    ) -> None:
+    ) -> bool:
+        """Reserve the claims and bind; False when PreBind refuses a claim."""
         for claim in pod_claims:
             existing = (claim.get("status") or {}).get("allocation")
             if existing and not existing.get("allocationTimestamp"):
@@ -261,7 +262,7 @@ class Scheduler:
                     f'claim "{claim["metadata"]["name"]}": allocation has no allocationTimestamp; '
                     "adding it is rejected: status.allocation: field is immutable",
                 )
-                return
+                return False
         node_name = node["metadata"]["name"]
         namespace = pod["metadata"]["namespace"]
         reference = {
@@ -279,6 +280,7 @@ class Scheduler:
             totals[key] += value
         view.counts[node_name] = view.counts.get(node_name, 0) + 1
         self.reasons.pop(f"{namespace}/{pod['metadata']['name']}", None)
+        return True
 
     def _reserve(
         self,
