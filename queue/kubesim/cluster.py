@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gangq.queue.kubesim import discovery
+from gangq.queue.kubesim.validation.slices import (
+    MAX_COUNTER_SETS,
+    MAX_DEVICES_WITH_TAINTS_OR_COUNTERS,
+)
 
 RACK_LABEL = "gangq.dev/rack"
 DRIVER = "gpu.nvidia.com"
@@ -52,9 +56,6 @@ PROFILES = (
 )
 """H100 80GB MIG profiles: 7 compute slices, 8 memory slices, 132 multiprocessors per GPU."""
 WHOLE_GPU = Profile("7g.80gb", 1, 7, 8, "80Gi", 132)
-COUNTER_SETS_PER_SLICE = 8
-DEVICES_PER_COUNTING_SLICE = 64
-"""The API server's limits (corpus 10-07, 10-10)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,8 +260,8 @@ def resource_slices(inventory: Inventory, index: int) -> list[dict[str, Any]]:
         {"name": f"gpu-{gpu}-counters", "counters": _counters(WHOLE_GPU)} for gpu in gpus
     ]
     per_gpu = [_partitioned_gpu(inventory, node_name, gpu) for gpu in gpus]
-    gpus_per_slice = max(1, DEVICES_PER_COUNTING_SLICE // len(per_gpu[0]))
-    counter_chunks = _chunks(counter_sets, COUNTER_SETS_PER_SLICE)
+    gpus_per_slice = max(1, MAX_DEVICES_WITH_TAINTS_OR_COUNTERS // len(per_gpu[0]))
+    counter_chunks = _chunks(counter_sets, MAX_COUNTER_SETS)
     device_chunks = [
         [device for gpu in chunk for device in gpu] for chunk in _chunks(per_gpu, gpus_per_slice)
     ]
