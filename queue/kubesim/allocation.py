@@ -61,9 +61,15 @@ def _milli(value: Any) -> int | None:
         return None
 
 
-def _amounts(raw: Mapping[str, Any] | None) -> dict[str, int]:
-    parsed = {name: _milli((entry or {}).get("value")) for name, entry in (raw or {}).items()}
+def _quantities(raw: Mapping[str, Any] | None) -> dict[str, int]:
+    """name -> quantity, in thousandths; unparsable values are left out."""
+    parsed = {name: _milli(value) for name, value in (raw or {}).items()}
     return {name: value for name, value in parsed.items() if value is not None}
+
+
+def _amounts(raw: Mapping[str, Any] | None) -> dict[str, int]:
+    """name -> {value: quantity} (capacities, counters), in thousandths."""
+    return _quantities({name: (entry or {}).get("value") for name, entry in (raw or {}).items()})
 
 
 def _traits(raw: Mapping[str, Any]) -> Traits:
@@ -113,8 +119,8 @@ class Usage:
     node or an alternative costs nothing for the rest of the cluster; `merge()` keeps it."""
 
     parent: Usage | None = None
-    held: dict[DeviceKey, str] = field(default_factory=dict)
-    """Allocated devices that allow one allocation -> namespace/name of the claim."""
+    held: set[DeviceKey] = field(default_factory=set)
+    """Allocated devices that allow one allocation."""
     in_use: set[DeviceKey] = field(default_factory=set)
     """Every allocated device: its counters are consumed once, however many claims share it."""
     counters: dict[CounterSetKey, dict[str, int]] = field(default_factory=dict)
@@ -138,12 +144,12 @@ class Usage:
         own = self.consumed.get(key, {}).get(name, 0)
         return own + (self.parent.taken(key, name) if self.parent is not None else 0)
 
-    def add(self, result: Mapping[str, Any], traits: Traits, owner: str) -> None:
+    def add(self, result: Mapping[str, Any], traits: Traits) -> None:
         key = (str(result.get("driver")), str(result.get("pool")), str(result.get("device")))
         if not traits.shared:
-            self.held[key] = owner
+            self.held.add(key)
         else:
-            _add_amounts(self.consumed, key, _amounts_of(result.get("consumedCapacity")))
+            _add_amounts(self.consumed, key, _quantities(result.get("consumedCapacity")))
         if self.uses(key):
             return
         self.in_use.add(key)
@@ -169,21 +175,14 @@ def _add_amounts(totals: dict[Any, dict[str, int]], key: Any, amounts: Mapping[s
         found[name] = found.get(name, 0) + amount
 
 
-def _amounts_of(raw: Mapping[str, Any] | None) -> dict[str, int]:
-    parsed = {name: _milli(value) for name, value in (raw or {}).items()}
-    return {name: value for name, value in parsed.items() if value is not None}
-
-
 def usage(claims: Iterable[Mapping[str, Any]], inventory: Published) -> Usage:
     """What every claim's allocation takes, whoever wrote it."""
     found = Usage()
     for claim in claims:
         allocation = (claim.get("status") or {}).get("allocation") or {}
-        metadata = claim.get("metadata") or {}
-        owner = f"{metadata.get('namespace')}/{metadata.get('name')}"
         for result in (allocation.get("devices") or {}).get("results") or []:
             key = (str(result.get("driver")), str(result.get("pool")), str(result.get("device")))
-            found.add(result, inventory.traits.get(key, Traits()), owner)
+            found.add(result, inventory.traits.get(key, Traits()))
     return found
 
 
@@ -254,7 +253,7 @@ def _policy_amount(requested: int | None, value: int, policy: Mapping[str, Any])
     return None if high is not None and amount > high else amount
 
 
-def format_milli(value: int) -> str:
+def _format_milli(value: int) -> str:
     """A canonical quantity for thousandths: binary suffixes for whole byte-like amounts."""
     if value % 1000:
         return f"{value}m"
@@ -269,7 +268,7 @@ def _capacity(
     spec: Mapping[str, Any], traits: Traits, key: DeviceKey, used: Usage
 ) -> dict[str, int] | None:
     """Capacity this request would consume on the device, or None if it does not fit."""
-    requests = _amounts_of((spec.get("capacity") or {}).get("requests"))
+    requests = _quantities((spec.get("capacity") or {}).get("requests"))
     if any(name not in traits.capacity for name in requests):
         return None
     if not traits.shared:
@@ -325,10 +324,9 @@ def allocate(
 ) -> list[dict[str, Any]] | None:
     """Allocation results for the claim from these (one node's) devices, or None if
     impossible; on success `used` includes them."""
-    owner = f"{claim['metadata'].get('namespace')}/{claim['metadata'].get('name')}"
     for candidates in _group(devices, _constraint_attributes(claim)):
         trial = used.child()
-        results = _fill(claim, candidates, trial, context=context, owner=owner)
+        results = _fill(claim, candidates, trial, context=context)
         if results is not None:
             trial.merge()
             return results
@@ -341,13 +339,12 @@ def _fill(
     used: Usage,
     *,
     context: Context,
-    owner: str,
 ) -> list[dict[str, Any]] | None:
     results: list[dict[str, Any]] = []
     for alternatives in _alternatives(claim):
         for request_name, spec in alternatives:
             trial = used.child()
-            chosen = _choose(spec, candidates, trial, context=context, owner=owner)
+            chosen = _choose(spec, candidates, trial, context=context)
             if chosen is not None:
                 trial.merge()
                 results += [{"request": request_name, **result} for result in chosen]
@@ -363,7 +360,6 @@ def _choose(
     used: Usage,
     *,
     context: Context,
-    owner: str,
 ) -> list[dict[str, Any]] | None:
     """Devices for one request (`count` of them, or every match for All), taken in `used`."""
     expressions = _expressions(spec, context.classes)
@@ -389,10 +385,10 @@ def _choose(
         result: dict[str, Any] = {"driver": found.driver, "pool": found.pool, "device": found.name}
         if traits.shared:
             result["shareID"] = str(uuid.uuid4())
-            result["consumedCapacity"] = {k: format_milli(v) for k, v in consumed.items()}
+            result["consumedCapacity"] = {k: _format_milli(v) for k, v in consumed.items()}
         if tolerations:
             result["tolerations"] = copy.deepcopy(tolerations)
-        used.add(result, traits, owner)
+        used.add(result, traits)
         chosen.append(result)
         if wanted and len(chosen) == wanted:
             break
