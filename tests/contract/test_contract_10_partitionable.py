@@ -262,21 +262,8 @@ SECTION_10 = [
         setup=SCHEDULED,
         paths=(*ALLOCATION, "status.reservedFor.0.name", "status.reservedFor.0.resource"),
     ),
-    Case("10-34", setup=OVERLAPS, names=True),
     Case("10-36", setup=OVERLAPS),
     Case("10-37", setup=OVERLAPS, paths=(*ALLOCATION, "status.reservedFor")),
-    Case(
-        "10-38",
-        setup=(*OVERLAPS, _sched_mig),
-        paths=(
-            "spec.nodeName",
-            "status.phase",
-            "status.conditions.0.type",
-            "status.conditions.0.status",
-            "status.conditions.0.reason",
-            "status.conditions.0.observedGeneration",
-        ),
-    ),
     Case("10-39", setup=CLUSTER, paths=("status",)),
     Case("10-40", setup=POOLS, names=True),
 ]
@@ -297,17 +284,11 @@ async def test_section_10_taints_get_their_time_added(reference: Replay) -> None
     assert devices[1]["taints"][0]["timeAdded"] == "2026-12-01T14:00:00Z"
 
 
-async def _replayed(reference: Replay, name: str, setup: tuple[Any, ...]) -> Any:
-    for step in setup:
-        await (reference.replay(step) if isinstance(step, str) else step(reference))
-    return await reference.replay(name)
-
-
 async def test_section_10_pre_allocated_overlaps_all_run_on_their_nodes(
     reference: Replay,
 ) -> None:
     """10-34: kube-scheduler does not refuse overlapping external allocations."""
-    reply = await _replayed(reference, "10-34", OVERLAPS)
+    reply = await run(reference, Case("10-34", setup=OVERLAPS, names=True))
     expected = load("10-34")["response"]["body"]["items"]
 
     def placed(items: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
@@ -318,7 +299,7 @@ async def test_section_10_pre_allocated_overlaps_all_run_on_their_nodes(
 
 async def test_section_10_device_taint_eviction_event(reference: Replay) -> None:
     """10-35: the eviction controller records DeviceTaintManagerEviction for p-notol only."""
-    reply = await _replayed(reference, "10-35", OVERLAPS)
+    reply = await run(reference, Case("10-35", setup=OVERLAPS))
     fields = (
         "reason",
         "message",
@@ -346,7 +327,11 @@ async def test_section_10_scheduler_counts_allocations_it_did_not_make(
     reference: Replay,
 ) -> None:
     """10-38: the Unschedulable message, for this cluster's 4 nodes instead of the capture's 10."""
-    reply = await _replayed(reference, "10-38", (*OVERLAPS, _sched_mig))
+    paths = ("spec.nodeName", "status.phase", "status.conditions.0.observedGeneration")
+    condition = tuple(f"status.conditions.0.{key}" for key in ("type", "status", "reason"))
+    reply = await run(
+        reference, Case("10-38", setup=(*OVERLAPS, _sched_mig), paths=(*paths, *condition))
+    )
     expected = load("10-38")["response"]["body"]["status"]["conditions"][0]["message"]
     nodes = len((await reference.call("GET", "/api/v1/nodes")).body["items"])
     assert nodes == 4
