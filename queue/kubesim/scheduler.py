@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any
 
 from gangq.queue.core.cel import DeviceMatcher
@@ -274,6 +275,7 @@ class Scheduler:
             results = plan.get(claim["metadata"]["name"])
             self._reserve(claim, results, node=node_name, reference=reference)
         pods.bind(self.registry, namespace, pod["metadata"]["name"], node_name)
+        self._scheduled(pod, node_name)
         requests = filters.pod_requests(pod)
         totals = view.used.setdefault(node_name, {"cpu": 0, "memory": 0})
         for key, value in requests.items():
@@ -281,6 +283,33 @@ class Scheduler:
         view.counts[node_name] = view.counts.get(node_name, 0) + 1
         self.reasons.pop(f"{namespace}/{pod['metadata']['name']}", None)
         return True
+
+    def _scheduled(self, pod: dict[str, Any], node: str) -> None:
+        """The events.k8s.io/v1 `Scheduled` event kube-scheduler writes per bound pod (10-35)."""
+        metadata = pod["metadata"]
+        namespace, name = metadata["namespace"], metadata["name"]
+        event = {
+            "metadata": {"generateName": f"{name}."},
+            "regarding": {
+                "kind": "Pod",
+                "namespace": namespace,
+                "name": name,
+                "uid": metadata["uid"],
+                "apiVersion": "v1",
+                "resourceVersion": metadata.get("resourceVersion"),
+            },
+            "note": f"Successfully assigned {namespace}/{name} to {node}",
+            "reason": "Scheduled",
+            "type": "Normal",
+            "action": "Binding",
+            "eventTime": self.registry.clock().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "reportingController": SCHEDULER_NAME,
+            "reportingInstance": f"{SCHEDULER_NAME}-kubesim",
+        }
+        try:
+            self.registry.create(kinds.EVENTS_V1, namespace, event)
+        except status.ApiError as error:
+            log.debug("event for %s/%s not recorded: %s", namespace, name, error.message)
 
     def _reserve(
         self,

@@ -297,8 +297,9 @@ async def test_section_10_pre_allocated_overlaps_all_run_on_their_nodes(
     assert placed(reply.body["items"]) == placed(expected)
 
 
-async def test_section_10_device_taint_eviction_event(reference: Replay) -> None:
-    """10-35: the eviction controller records DeviceTaintManagerEviction for p-notol only."""
+async def test_section_10_scheduled_and_device_taint_eviction_events(reference: Replay) -> None:
+    """10-35: one Scheduled event per pod from the scheduler, and DeviceTaintManagerEviction
+    for p-notol from the device taint eviction controller."""
     reply = await run(reference, Case("10-35", setup=OVERLAPS))
     fields = (
         "reason",
@@ -306,21 +307,27 @@ async def test_section_10_device_taint_eviction_event(reference: Replay) -> None
         "source",
         "type",
         "count",
-        "eventTime",
+        "action",
         "reportingComponent",
-        "reportingInstance",
     )
 
-    def evictions(items: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-        return [
-            (e["involvedObject"]["name"], sorted(e["involvedObject"]), *(e.get(f) for f in fields))
+    def shown(items: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return sorted(
+            (
+                e["involvedObject"]["name"],
+                sorted(e["involvedObject"]),
+                *(e.get(f) for f in fields),
+                e.get("eventTime") is None,
+                e.get("firstTimestamp") is None,
+            )
             for e in items
-            if e.get("reason") == "DeviceTaintManagerEviction"
-        ]
+        )
 
-    expected = evictions(load("10-35")["response"]["body"]["items"])
-    assert len(expected) == 1
-    assert evictions(reply.body["items"]) == expected
+    expected = shown(load("10-35")["response"]["body"]["items"])
+    assert [e[2] for e in expected].count("DeviceTaintManagerEviction") == 1
+    assert shown(reply.body["items"]) == expected
+    eviction = next(e for e in reply.body["items"] if e["reason"] == "DeviceTaintManagerEviction")
+    assert eviction["reportingInstance"] == ""
 
 
 async def test_section_10_scheduler_counts_allocations_it_did_not_make(
