@@ -349,12 +349,20 @@ class Scheduler:
         current = self.registry.find(kinds.PODS, namespace, name)
         if current is None or current["metadata"].get("uid") != pod["metadata"].get("uid"):
             return
+        previous: dict[str, Any] = next(
+            (
+                c
+                for c in (current.get("status") or {}).get("conditions") or []
+                if c.get("type") == "PodScheduled" and c.get("status") == "False"
+            ),
+            {},
+        )
         condition = {
             "type": "PodScheduled",
             "observedGeneration": current["metadata"].get("generation", 1),
             "status": "False",
             "lastProbeTime": None,
-            "lastTransitionTime": self.registry.now(),
+            "lastTransitionTime": previous.get("lastTransitionTime") or self.registry.now(),
             "reason": "Unschedulable",
             "message": reason,
         }
