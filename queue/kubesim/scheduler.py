@@ -3,8 +3,10 @@
 Owns the scheduling loop (woken by storage events), node choice (filters, then fewest pods),
 claim allocation through `allocation.py`, the DRA PostFilter that frees a claim pinned to a
 node the pod cannot use, the 1.36 PreBind refusal of allocations without allocationTimestamp,
-binding, and the resourceclaim controller's release of reservations when a pod is gone. It
-must not bypass the API rules: every write goes through the registry.
+binding and its `Scheduled` event, what a pending pod is told (the `Unschedulable` condition
+and FailedScheduling event in kube-scheduler's words, corpus 10-38), and the resourceclaim
+controller's release of reservations when a pod is gone. It must not bypass the API rules:
+every write goes through the registry.
 """
 
 from __future__ import annotations
