@@ -89,7 +89,10 @@ async def run(options: Options, *, on_outcome: Callable[[report.Outcome], None])
         on_outcome(outcome)
         if options.serve:
             options.echo(
-                f"\nREST API serving at {parts.api.base_url} (Ctrl-C to stop); try:\n"
+                f"\nREST API serving at {parts.api.base_url} (Ctrl-C to stop)\n"
+                f"web UI: {parts.api.base_url}/ui/ (sign in with the token below)\n"
+                f"token: {parts.token}\n"
+                "try:\n"
                 f"  curl -H 'Authorization: Bearer {parts.token}' {parts.api.base_url}/v1/jobs\n"
                 f"metrics at {parts.api.metrics_url}/metrics"
             )

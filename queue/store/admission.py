@@ -169,7 +169,10 @@ async def _write_preemptions(
                 actor=actor,
                 now=now,
                 reason=victim.reason,
-                details={"for": preemptor},
+                details={
+                    "for": preemptor,
+                    "lost_device_h": round(victim.lost_device_s / 3600.0, 3),
+                },
             )
             for preemptor, victim in fresh
         ],

@@ -540,3 +540,70 @@ async def queue_summary(session: AsyncSession, *, now: float) -> tuple[QueueSumm
         )
         for tier, tenant, pending, admitted, oldest in rows
     )
+
+
+async def queued_in_order(session: AsyncSession, *, limit: int = 20_000) -> tuple[JobRecord, ...]:
+    """Every queued job in the order the last cycle ranked them (position 1 first; jobs it has
+    not ranked yet last, oldest first): what the queue page lists and counts blockers from."""
+    rows = await session.execute(
+        select(*_RECORD_COLUMNS)
+        .where(JobRow.phase == QUEUED)
+        .order_by(JobRow.queue_position.asc().nulls_last(), JobRow.submitted_at, JobRow.id)
+        .limit(limit)
+    )
+    return tuple(_record_view(cast(_RecordFields, row)) for row in rows)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantUse:
+    """What one tenant holds and waits for in one device class, from the jobs table."""
+
+    tenant: str
+    device_class: str
+    in_use: int
+    borrowed: int
+    waiting_jobs: int
+    waiting_devices: int
+
+
+async def tenant_use(session: AsyncSession) -> tuple[TenantUse, ...]:
+    holding = JobRow.phase.in_(HOLDING_PHASES)
+    queued = JobRow.phase == QUEUED
+    size = JobRow.replicas * JobRow.devices_per_replica
+    rows = await session.execute(
+        select(
+            JobRow.tenant,
+            JobRow.device_class,
+            func.coalesce(func.sum(size).filter(holding), 0),
+            func.coalesce(func.sum(JobRow.borrowed).filter(holding), 0),
+            func.count().filter(queued),
+            func.coalesce(func.sum(size).filter(queued), 0),
+        )
+        .where(JobRow.phase.not_in(FINISHED_PHASES))
+        .group_by(JobRow.tenant, JobRow.device_class)
+        .order_by(JobRow.tenant, JobRow.device_class)
+    )
+    return tuple(
+        TenantUse(tenant, device_class, int(used), int(borrowed), int(jobs), int(devices))
+        for tenant, device_class, used, borrowed, jobs, devices in rows
+    )
+
+
+CHANGE_MARKER = text(
+    """
+    SELECT (SELECT max(id) FROM events),
+           (SELECT max(updated_at) FROM jobs),
+           (SELECT count(*) FROM reservations WHERE released_at IS NULL),
+           (SELECT sum(hashtext(concat_ws('|', id, queue_position, pending_message,
+                                           reserved_start_at)))
+            FROM jobs WHERE phase = 'Queued')
+    """
+)
+
+
+async def change_marker(session: AsyncSession) -> tuple[object, ...]:
+    """A value that changes whenever what people see of jobs changes (a history entry, a phase,
+    a reservation, a queued job's position, reason or reserved start): one cheap query lets
+    live pages learn that something changed without each browser polling every list."""
+    row = (await session.execute(CHANGE_MARKER)).one()
+    return tuple(row)
