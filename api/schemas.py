@@ -461,8 +461,8 @@ class TenantClassUseOut(Schema):
 class TenantUsageOut(Schema):
     name: str
     device_classes: list[TenantClassUseOut]
-    device_hours_24h: float
-    device_hours_7d: float
+    device_hours_last_day: float
+    device_hours_last_week: float
 
 
 class LedgerOut(Schema):

@@ -56,8 +56,8 @@ async def get_usage(principal: PrincipalDep, session: SessionDep) -> schemas.Usa
             schemas.TenantUsageOut(
                 name=record.name,
                 device_classes=classes,
-                device_hours_24h=round(hours[record.name][DAY_S], 3),
-                device_hours_7d=round(hours[record.name][WEEK_S], 3),
+                device_hours_last_day=round(hours[record.name][DAY_S], 3),
+                device_hours_last_week=round(hours[record.name][WEEK_S], 3),
             )
         )
     ledger = [

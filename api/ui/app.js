@@ -109,6 +109,7 @@ async function draw(first) {
     if (failure instanceof Unauthorized) return;
     clear(main);
     main.append(el("p", { class: "error", role: "alert" }, failure.message));
+    main.dataset.drawn = String(Number(main.dataset.drawn || 0) + 1);
   }
 }
 
@@ -135,6 +136,7 @@ async function follow(controller) {
       const kind = (lines.find((l) => l.startsWith("event: ")) || "").slice(7);
       const data = (lines.find((l) => l.startsWith("data: ")) || "").slice(6);
       if (kind === "change") changed(JSON.parse(data));
+      if (kind === "ready") document.getElementById("who").textContent = JSON.parse(data);
     }
   }
 }

@@ -17,7 +17,7 @@ export async function render() {
     c.waitingDevices,
   ]))));
   root.append(table("Device-hours used", ["Tenant", num("Last 24 h"), num("Last 7 days")],
-    report.tenants.map((t) => [t.name, t.deviceHours24h.toFixed(2), t.deviceHours7d.toFixed(2)])));
+    report.tenants.map((t) => [t.name, t.deviceHoursLastDay.toFixed(2), t.deviceHoursLastWeek.toFixed(2)])));
   root.append(el("h2", {}, "Preemption ledger (last 7 days)"));
   root.append(report.ledger.length ? table("Evictions suffered and caused", [
     "Evicted tenant", "Evicted tier", "For tenant", "For tier", num("Evictions"),
