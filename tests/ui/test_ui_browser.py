@@ -118,7 +118,7 @@ def test_a_submitted_job_appears_in_the_queue_without_a_reload(admin: Page, demo
     )
     assert admin.evaluate("document.body.dataset.changes") != before
     row = admin.locator("main table tbody tr", has_text="ml-train/too-big")
-    assert "8 × 8" in row.inner_text()
+    assert "8 \u00d7 8" in row.inner_text()
     assert row.locator("td").nth(3).inner_text().strip() not in ("", "not ranked yet")
     screenshot(admin, "queue")
 
