@@ -50,7 +50,6 @@ async def get_cluster(
     held = await reservations.holders(session)
     reserved = frozenset(held)
     matcher = request.app.state.matcher
-    report = capacity.summarize(inventory, reserved, matcher=matcher)
     rack_label = inventory.topology_keys[0] if inventory.topology_keys else ""
     jobs: list[schemas.HolderOut] = []
     index: dict[str, int] = {}
@@ -66,6 +65,7 @@ async def get_cluster(
 
     classes = []
     states = capacity.device_states(inventory, reserved, matcher=matcher)
+    report = capacity.summarize_states(inventory, states)
     for class_name, members in sorted(states.items()):
         by_node: dict[str, list[tuple[str, str, int]]] = {}
         for device, state in sorted(members, key=_place):

@@ -87,6 +87,14 @@ function pair(term, value) {
 function details(values) {
   const entries = Object.entries(values || {});
   if (!entries.length) return "";
-  return el("div", { class: "muted mono" }, entries.map(([k, v]) =>
-    `${k}: ${typeof v === "object" ? JSON.stringify(v) : v}`).join(" · "));
+  return el("div", { class: "muted mono" }, entries.map(([k, v]) => `${k}: ${shown(k, v)}`)
+    .join(" · "));
+}
+
+function shown(key, value) {
+  if (key === "placement" && Array.isArray(value)) {
+    return value.map((r) => `replica ${r.replica} on ${r.node} (${r.devices.length} devices)`)
+      .join("; ");
+  }
+  return typeof value === "object" ? JSON.stringify(value) : value;
 }

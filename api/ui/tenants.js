@@ -24,7 +24,7 @@ export async function render() {
     num("Device-hours lost"),
   ], report.ledger.map((r) => [
     r.victimTenant ?? "another tenant", r.victimTier, r.byTenant ?? "another tenant",
-    r.byTier ?? "—", r.evictions, r.lostDeviceHours.toFixed(2),
+    r.byTier ?? "—", r.evictions, r.lostDeviceHours.toFixed(3),
   ])) : el("p", { class: "muted" }, "No eviction in the last 7 days."));
   return root;
 }

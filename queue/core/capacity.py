@@ -93,8 +93,15 @@ def summarize(
     inventory: model.Inventory, reserved: frozenset[DeviceId], *, matcher: DeviceMatcher
 ) -> CapacityReport:
     """Count every device of every known device class by state and scope."""
+    return summarize_states(inventory, device_states(inventory, reserved, matcher=matcher))
+
+
+def summarize_states(
+    inventory: model.Inventory, device_states: Mapping[str, list[tuple[Device, str]]]
+) -> CapacityReport:
+    """`summarize` of states already found (a caller that also draws each device)."""
     counts: dict[str, dict[str, Counter[str]]] = {}
-    for class_name, states in device_states(inventory, reserved, matcher=matcher).items():
+    for class_name, states in device_states.items():
         counted = counts.setdefault(class_name, {})
         for device, state in states:
             counted.setdefault(device.node or "", Counter())[state] += 1
