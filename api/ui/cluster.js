@@ -48,16 +48,37 @@ function counts(nodes) {
   return total;
 }
 
-function bar(total, label) {
-  const sum = Object.values(total).reduce((a, b) => a + b, 0) || 1;
+// Parts of a bar: free, each readable tenant's reserved devices, another tenant's, held, down.
+function segments(nodes, data) {
+  const parts = new Map();
+  const add = (key, colour, label) => {
+    const part = parts.get(key) || { colour, label, n: 0 };
+    part.n += 1;
+    parts.set(key, part);
+  };
+  for (const node of nodes) {
+    for (const [, state, index] of node.devices) {
+      if (state === "reserved" && index >= 0) {
+        const tenant = data.jobs[index].tenant;
+        add(`t:${tenant}`, tenantColour(tenant), `tenant ${tenant}`);
+      } else if (state === "reserved") {
+        add("other", "#9ca3af", "another tenant");
+      } else {
+        add(state, STATE_COLOURS[state], STATE_WORDS[state]);
+      }
+    }
+  }
+  return [...parts.values()];
+}
+
+function bar(parts, label) {
+  const sum = parts.reduce((n, p) => n + p.n, 0) || 1;
   const box = el("span", { class: "bar", role: "img", "aria-label": label });
-  for (const [state, n] of Object.entries(total)) {
-    if (!n) continue;
-    const part = el("span", { class: `cell ${state}` });
-    part.style.setProperty("--w", `${(100 * n) / sum}%`);
-    part.style.setProperty("--c", STATE_COLOURS[state]);
-    part.style.setProperty("--shade", "100%");
-    box.append(part);
+  for (const part of parts) {
+    const piece = el("span", {});
+    piece.style.setProperty("--w", `${(100 * part.n) / sum}%`);
+    piece.style.background = part.colour;
+    box.append(piece);
   }
   return box;
 }
@@ -70,38 +91,54 @@ function deviceClass(group, data) {
   const u = group.usage;
   const gang = u.largestPlaceableGang;
   const id = `class-${u.deviceClassName.replace(/[^a-z0-9]/gi, "-")}`;
-  const nodeCount = group.racks.reduce((n, r) => n + r.nodes.length, 0);
+  const nodes = group.racks.flatMap((r) => r.nodes);
   const total = { free: u.free, reserved: u.reserved, held_by_others: u.heldByOthers,
     unavailable: u.unavailable };
   const section = el("section", { "aria-labelledby": id },
     el("h2", { id }, u.deviceClassName),
     el("div", { class: "summary" },
       el("div", { "data-summary": u.deviceClassName },
-        `${u.total} devices on ${nodeCount} nodes: ${words(total)}. `,
+        `${u.total} devices on ${nodes.length} nodes: ${words(total)}. `,
         el("strong", {}, `Largest placeable gang: ${gang.replicas} × ${gang.devicesPerReplica}`),
         ` (${gang.devices} devices); most free on one node: ${u.largestReplica}.`),
-      bar(total, words(total))),
+      bar(segments(nodes, data), words(total))),
   );
+  if (nodes.length <= OPEN_ALL_UP_TO_NODES) {
+    for (const rack of group.racks) {
+      const rackTotal = counts(rack.nodes);
+      section.append(el("div", { class: "rack" },
+        el("h3", {}, `${data.rackLabel || "rack"} ${rack.name || "(none)"}: ` +
+          `${rack.nodes.length} nodes, ${words(rackTotal)}`),
+        el("div", { class: "nodes" }, rack.nodes.map((node) => nodeCells(node, data)))));
+    }
+    return section;
+  }
+  // Large clusters: a tile per rack; open racks are drawn below the tiles.
+  const openPanel = el("div", { class: "open-racks", id: `${id}-open`, "aria-live": "polite" });
+  const drawOpen = () => openPanel.replaceChildren(...group.racks
+    .filter((rack) => open.has(`${u.deviceClassName}|${rack.name}`))
+    .map((rack) => el("div", { class: "rack" },
+      el("h3", {}, `${data.rackLabel || "rack"} ${rack.name || "(none)"}`),
+      el("div", { class: "nodes" }, rack.nodes.map((node) => nodeCells(node, data))))));
+  const tiles = el("div", { class: "rack-tiles", role: "list",
+    "aria-label": `racks of ${u.deviceClassName}; choose one to show its devices` });
   for (const rack of group.racks) {
     const key = `${u.deviceClassName}|${rack.name}`;
-    const expanded = nodeCount <= OPEN_ALL_UP_TO_NODES || open.has(key);
     const rackTotal = counts(rack.nodes);
-    const panelId = `rack-${id}-${rack.name.replace(/[^a-z0-9]/gi, "-")}`;
-    const button = el("button", { type: "button", "aria-expanded": String(expanded),
-      "aria-controls": panelId },
-    `${expanded ? "▾" : "▸"} ${data.rackLabel || "rack"} ${rack.name || "(none)"} — ` +
-      `${rack.nodes.length} nodes: ${words(rackTotal)}`);
-    const panel = el("div", { id: panelId, class: "nodes" });
-    if (expanded) for (const node of rack.nodes) panel.append(nodeCells(node, data));
-    button.addEventListener("click", () => {
-      const now = button.getAttribute("aria-expanded") !== "true";
-      if (now) open.add(key); else open.delete(key);
-      button.setAttribute("aria-expanded", String(now));
-      button.textContent = button.textContent.replace(/^[▾▸]/, now ? "▾" : "▸");
-      panel.replaceChildren(...(now ? rack.nodes.map((n) => nodeCells(n, data)) : []));
+    const tile = el("button", { type: "button", class: "tile", "aria-expanded": String(open.has(key)),
+      "aria-controls": `${id}-open`, "aria-label": `${rack.name}: ${rack.nodes.length} nodes, ${words(rackTotal)}` },
+    el("span", { class: "tile-name" }, rack.name || "(none)"),
+    el("span", { class: "tile-free" }, `${rackTotal.free}/${rack.nodes.reduce((n, x) => n + x.devices.length, 0)} free`),
+    bar(segments(rack.nodes, data), ""));
+    tile.addEventListener("click", () => {
+      if (open.has(key)) open.delete(key); else open.add(key);
+      tile.setAttribute("aria-expanded", String(open.has(key)));
+      drawOpen();
     });
-    section.append(el("div", { class: "rack" }, button, bar(rackTotal, words(rackTotal)), panel));
+    tiles.append(el("div", { role: "listitem" }, tile));
   }
+  drawOpen();
+  section.append(tiles, openPanel);
   return section;
 }
 

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from conftest import Demo, open_page, screenshot, sign_in
 from playwright.sync_api import Browser, Page
+from ui_browser import Demo, open_page, screenshot, sign_in
 
 pytestmark = pytest.mark.slow
 
