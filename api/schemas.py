@@ -95,6 +95,9 @@ class JobOut(Schema):
         description="seconds from now until the reserved start; 0 once it is due; "
         "null without a reservation",
     )
+    reserved_nodes: list[str] = Field(
+        default_factory=list, description="nodes the backfill reservation holds for it"
+    )
 
     @classmethod
     def of(
@@ -132,6 +135,7 @@ class JobOut(Schema):
             eta_seconds=None
             if record.reserved_start_at is None
             else max(0.0, record.reserved_start_at - now),
+            reserved_nodes=list(record.reserved_nodes),
         )
 
 

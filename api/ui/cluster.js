@@ -162,7 +162,9 @@ function nodeCells(node, data) {
   for (const device of node.devices) {
     const [, state, index] = device;
     const label = describe(node, device, data);
-    const cell = el("span", { class: `cell ${state}`, tabindex: "0", role: "img",
+    // One tab stop per node (its first cell); arrow keys move between the node's cells.
+    const first = !cells.firstChild;
+    const cell = el("span", { class: `cell ${state}`, tabindex: first ? "0" : "-1", role: "img",
       "aria-label": label, "data-tip": label });
     if (state === "reserved" && index >= 0) {
       const job = data.jobs[index];
@@ -196,6 +198,8 @@ function move(event) {
   const next = all[all.indexOf(event.target) + steps[event.key]];
   if (next) {
     event.preventDefault();
+    event.target.setAttribute("tabindex", "-1");
+    next.setAttribute("tabindex", "0");
     next.focus();
   }
 }

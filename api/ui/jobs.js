@@ -49,7 +49,8 @@ async function detail(namespace, name) {
       ...pair("Why it waits", job.reason ? job.reason.message : "—"),
       ...pair("Queue position", job.queuePosition ?? "—"),
       ...pair("Reserved start", job.reservedStartAt
-        ? `${when(job.reservedStartAt)} (in ${duration(job.etaSeconds)})` : "—"),
+        ? `${when(job.reservedStartAt)} (in ${duration(job.etaSeconds)}) on ` +
+          `${(job.reservedNodes || []).join(", ")}` : "—"),
       ...pair("Submitted / admitted / started / finished",
         [job.submittedAt, job.admittedAt, job.startedAt, job.finishedAt].map(when).join(" / ")),
       ...pair("Attempts, preemptions, restarts",

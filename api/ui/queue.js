@@ -36,7 +36,8 @@ export async function render() {
 function row(item) {
   const job = item.job;
   const start = job.reservedStartAt
-    ? `${when(job.reservedStartAt)} (in ${duration(job.etaSeconds)})` : "—";
+    ? `${when(job.reservedStartAt)} (in ${duration(job.etaSeconds)}) on ${nodes(job.reservedNodes)}`
+    : "—";
   const ahead = item.ahead === 0 ? "none: next in its device class"
     : el("span", {}, `${item.ahead}: `, ...item.blockers.flatMap((key, i) =>
       [i ? ", " : "", key.includes("/") ? jobLink(key) : key]),
@@ -49,6 +50,12 @@ function row(item) {
     start,
     ahead,
   ];
+}
+
+function nodes(names) {
+  if (!names || !names.length) return "nodes not named";
+  return names.length > 6 ? `${names.slice(0, 6).join(", ")} and ${names.length - 6} more`
+    : names.join(", ");
 }
 
 function timeline(items) {
@@ -69,7 +76,8 @@ function timeline(items) {
     grid.append(
       el("div", { role: "listitem" }, jobLink(`${job.namespace}/${job.name}`),
         ` ${job.replicas} × ${job.devicesPerReplica}: starts ${when(job.reservedStartAt)}` +
-        ` (in ${duration(job.etaSeconds)})`),
+        ` (in ${duration(job.etaSeconds)})`,
+        el("div", { class: "muted" }, `on ${nodes(job.reservedNodes)}`)),
       el("div", { class: "track", "aria-hidden": "true" }, mark));
   }
   section.append(el("p", { class: "muted" }, `now → ${duration(horizon)} from now`), grid);

@@ -103,6 +103,8 @@ class JobRecord:
     is_evicting: bool
     reserved_start_at: float | None = None
     """Unix seconds a backfill reservation holds for this queued job (rule 5): its ETA."""
+    reserved_nodes: tuple[str, ...] = ()
+    """The nodes that reservation holds (empty without one)."""
     outcome: Outcome | None = None
     """Why a finished job ended."""
 
@@ -298,7 +300,7 @@ async def finish(
     row.phase = SUCCEEDED if succeeded else FAILED
     row.finished_at, row.evicting = instant, False
     row.pending_code, row.pending_message = cause or None, reason
-    row.queue_position = row.reserved_start_at = None
+    row.queue_position = row.reserved_start_at = row.reserved_nodes = None
     details: dict[str, object] = {"devices_released": freed}
     if failures:
         details["replicas"] = list(failures)
@@ -343,7 +345,7 @@ async def requeue(
     instant = timestamps.to_datetime(at)
     freed = await reservations.release(session, [row.id], at=instant)
     row.phase, row.evicting, row.borrowed = QUEUED, False, 0
-    row.admitted_at = row.started_at = row.reserved_start_at = None
+    row.admitted_at = row.started_at = row.reserved_start_at = row.reserved_nodes = None
     row.not_before = timestamps.to_datetime(at + backoff_s) if backoff_s > 0 else None
     if preempted:
         row.preemptions += 1
@@ -366,7 +368,7 @@ async def suspend(session: AsyncSession, key: str, *, at: float, actor: str, rea
     row.phase, row.evicting, row.borrowed = SUSPENDED, False, 0
     row.admitted_at = row.started_at = None
     row.pending_code = row.pending_message = None
-    row.queue_position = row.reserved_start_at = None
+    row.queue_position = row.reserved_start_at = row.reserved_nodes = None
     details = {"devices_released": freed}
     await _record(
         session, row, kind=EventKind.SUSPENDED, actor=actor, at=at, reason=reason, details=details
@@ -408,6 +410,7 @@ class _RecordFields(Protocol):
     borrowed: int
     evicting: bool
     reserved_start_at: datetime | None
+    reserved_nodes: list[str] | None
 
 
 _RECORD_COLUMNS = tuple(getattr(JobRow, name) for name in _RecordFields.__annotations__)
@@ -447,6 +450,7 @@ def _record_view(row: _RecordFields) -> JobRecord:
         borrowed=row.borrowed,
         is_evicting=row.evicting,
         reserved_start_at=timestamps.optional_unix(row.reserved_start_at),
+        reserved_nodes=tuple(row.reserved_nodes or ()),
         outcome=outcome,
     )
 
@@ -595,7 +599,7 @@ CHANGE_MARKER = text(
            (SELECT max(updated_at) FROM jobs),
            (SELECT count(*) FROM reservations WHERE released_at IS NULL),
            (SELECT sum(hashtext(concat_ws('|', id, queue_position, pending_message,
-                                           reserved_start_at)))
+                                           reserved_start_at, reserved_nodes)))
             FROM jobs WHERE phase = 'Queued')
     """
 )
