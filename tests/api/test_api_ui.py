@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import httpx
 import pytest
 from api_scenario import CLUSTER_ADMIN, T0, VIEWER_A, VIEWER_B, bearer, job
+from fastapi import FastAPI
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gangq.api import live
 from gangq.queue.store import events, jobs
 from gangq.queue.store.models import EventKind, JobRow
 
@@ -152,3 +155,23 @@ async def test_the_stream_tells_an_open_page_that_a_job_changed(
                 if line == "event: change":
                     assert await anext(lines) == 'data: ["jobs"]'
                     break
+
+
+async def test_open_pages_share_one_change_watcher(seeded_app: FastAPI, server: str) -> None:
+    """Five open streams cost the database one marker query per interval, not five."""
+    async with (
+        httpx.AsyncClient(base_url=server, timeout=10) as client,
+        contextlib.AsyncExitStack() as streams,
+    ):
+        readers = []  # held: a line iterator that is collected closes its stream
+        for _ in range(5):
+            answer = await streams.enter_async_context(
+                client.stream("GET", "/v1/stream", headers=bearer(CLUSTER_ADMIN))
+            )
+            readers.append(answer.aiter_lines())
+            assert await anext(readers[-1]) == "retry: 1000"
+        broadcaster = seeded_app.state.live
+        assert broadcaster.subscribers == 5
+        before = broadcaster.checks
+        await asyncio.sleep(3 * live.INTERVAL_S)
+        assert 1 <= broadcaster.checks - before <= 4
