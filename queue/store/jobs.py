@@ -268,14 +268,23 @@ async def _record(
     await events.record(session, [(row.id, event)])
 
 
-async def mark_running(session: AsyncSession, key: str, *, at: float, actor: str) -> None:
-    """All pods of the gang are running: its runtime bound starts counting now (rule 5)."""
+async def mark_running(
+    session: AsyncSession, key: str, *, at: float, actor: str, release_skew_ms: int | None = None
+) -> None:
+    """All pods of the gang are running: its runtime bound starts counting now (rule 5). The
+    release skew, when the caller measured it, goes into the history entry (the job page)."""
     row = await _live(session, key)
     if row.phase != ADMITTED:
         raise InvalidInputError(f"job {key} is {row.phase}, only an Admitted job can start")
     row.phase, row.started_at = RUNNING, timestamps.to_datetime(at)
     await _record(
-        session, row, kind=EventKind.STARTED, actor=actor, at=at, reason="all pods running"
+        session,
+        row,
+        kind=EventKind.STARTED,
+        actor=actor,
+        at=at,
+        reason="all pods running",
+        details=None if release_skew_ms is None else {"release_skew_ms": release_skew_ms},
     )
 
 

@@ -94,6 +94,8 @@ def test_jobs_and_a_job_with_placement_history_and_log_commands(admin: Page) -> 
     assert "gangq logs inference/llm-prod --replica 1" in text
     kinds = admin.locator("main ol.timeline li strong").all_inner_texts()
     assert kinds[:3] == ["enqueued", "admitted", "started"]
+    started = admin.locator("main ol.timeline li.started").first.inner_text()
+    assert "release_skew_ms: " in started
     screenshot(admin, "job")
 
 
