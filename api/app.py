@@ -27,9 +27,11 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException
 
-from gangq.api import auth, bodies, headers, published, readiness
+from gangq.api import auth, bodies, headers, live, published, readiness
 from gangq.api.routers import capacity as capacity_router
-from gangq.api.routers import health, jobs, queues, tenants
+from gangq.api.routers import cluster as cluster_router
+from gangq.api.routers import health, jobs, queues, tenants, ui, usage
+from gangq.api.routers import live as live_router
 from gangq.api.settings import ApiSettings, AuthMode
 from gangq.queue import metrics
 from gangq.queue.core import capacity
@@ -68,6 +70,8 @@ def create_app(
             database_health = readiness.DatabaseHealth()
             await database_health.check(engine, app.state.metrics)
             app.state.database_health = database_health
+            app.state.live = live.Broadcaster(cluster, app.state.session_factory)
+            stack.push_async_callback(app.state.live.close)
             watch = asyncio.create_task(
                 database_health.watch(engine, app.state.metrics), name="gangq-api-database-check"
             )
@@ -92,6 +96,10 @@ def create_app(
         queues.router,
         tenants.router,
         capacity_router.router,
+        cluster_router.router,
+        usage.router,
+        live_router.router,
+        ui.router,
     ):
         app.include_router(router)
     _add_error_handlers(app)

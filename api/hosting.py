@@ -34,6 +34,8 @@ IDLE_SECONDS = 5
 MAX_CONNECTIONS = 256
 """Concurrent connections and requests; past it uvicorn answers 503 at once."""
 MAX_HEADER_BYTES = 16 * 1024
+GRACEFUL_SECONDS = 3
+"""On stop, requests still open after this are cut (a page's endless event stream)."""
 START_SECONDS = 30.0
 
 
@@ -97,6 +99,7 @@ def server_config(app: ASGIApp, *, header_seconds: float = HEADER_SECONDS) -> Co
         lifespan="on",
         http=_HeaderDeadline,
         timeout_keep_alive=IDLE_SECONDS,
+        timeout_graceful_shutdown=GRACEFUL_SECONDS,
         limit_concurrency=MAX_CONNECTIONS,
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
     )

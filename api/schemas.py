@@ -95,6 +95,9 @@ class JobOut(Schema):
         description="seconds from now until the reserved start; 0 once it is due; "
         "null without a reservation",
     )
+    reserved_nodes: list[str] = Field(
+        default_factory=list, description="nodes the backfill reservation holds for it"
+    )
 
     @classmethod
     def of(
@@ -132,6 +135,7 @@ class JobOut(Schema):
             eta_seconds=None
             if record.reserved_start_at is None
             else max(0.0, record.reserved_start_at - now),
+            reserved_nodes=list(record.reserved_nodes),
         )
 
 
@@ -401,3 +405,81 @@ class CapacityOut(Schema):
                 for name in sorted(report.nodes)
             ],
         )
+
+
+class HolderOut(Schema):
+    key: str = Field(description="namespace/name of the job holding devices")
+    tenant: str
+    tier: str
+
+
+class NodeCellsOut(Schema):
+    name: str
+    status: str = Field(description="Ready, NotReady or Cordoned")
+    devices: list[tuple[str, str, int]] = Field(
+        description="per device: its name, its state (free, reserved, held_by_others, "
+        "unavailable) and the index of its holder in `jobs`, -1 when none is shown (a free "
+        "device, or one reserved by a job the caller may not read)"
+    )
+
+
+class RackCellsOut(Schema):
+    name: str = Field(description="value of the rack label; '' for nodes without it")
+    nodes: list[NodeCellsOut]
+
+
+class ClassCellsOut(Schema):
+    usage: UsageOut
+    racks: list[RackCellsOut]
+
+
+class ClusterOut(Schema):
+    rack_label: str
+    device_classes: list[ClassCellsOut]
+    jobs: list[HolderOut] = Field(description="jobs holding devices that the caller may read")
+
+
+class PendingOut(Schema):
+    job: JobOut
+    ahead: int = Field(description="queued jobs of the same device class ranked before it")
+    blockers: list[str] = Field(
+        description="the nearest of those, nearest first (other tenants' jobs unnamed)"
+    )
+
+
+class PendingPageOut(Schema):
+    items: list[PendingOut]
+    total: int = Field(description="queued jobs the caller may read")
+
+
+class TenantClassUseOut(Schema):
+    device_class_name: str
+    nominal: int
+    borrowing_limit: int
+    in_use: int
+    borrowed: int
+    waiting_jobs: int
+    waiting_devices: int
+
+
+class TenantUsageOut(Schema):
+    name: str
+    device_classes: list[TenantClassUseOut]
+    device_hours_last_day: float
+    device_hours_last_week: float
+
+
+class LedgerOut(Schema):
+    victim_tenant: str | None = Field(description="null: a tenant the caller may not read")
+    victim_tier: str
+    by_tenant: str | None = Field(
+        description="null: a tenant the caller may not read, or a preemptor no longer stored"
+    )
+    by_tier: str | None
+    evictions: int
+    lost_device_hours: float
+
+
+class UsageReportOut(Schema):
+    tenants: list[TenantUsageOut]
+    ledger: list[LedgerOut] = Field(description="evictions of the last 7 days")

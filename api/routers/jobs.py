@@ -36,7 +36,7 @@ def _tenant_of(request: Request) -> published.TenantOf:
     return view.tenant_of if isinstance(view, published.PublishedCluster) else published.unknown
 
 
-def _redact(
+def redactor(
     request: Request, principal: auth.Principal, *, namespace: str = ""
 ) -> redaction.Redact:
     return redaction.for_viewer(principal, tenant_of=_tenant_of(request), own_namespace=namespace)
@@ -73,7 +73,7 @@ async def list_jobs(
             schemas.JobOut.of(
                 record,
                 now=now,
-                redact=_redact(request, principal, namespace=record.key.partition("/")[0]),
+                redact=redactor(request, principal, namespace=record.key.partition("/")[0]),
             )
             for record in page.items
         ],
@@ -113,6 +113,6 @@ async def get_job(
     return schemas.JobDetailOut.of(
         detail,
         now=now,
-        redact=_redact(request, principal, namespace=namespace),
+        redact=redactor(request, principal, namespace=namespace),
         estimate=estimate,
     )

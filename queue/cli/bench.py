@@ -6,7 +6,7 @@ import importlib
 from typing import Any
 
 # Each suite module exposes `add_arguments(parser)` and `run(args) -> int`.
-SUITES: tuple[str, ...] = ("planner", "db", "e2e", "api", "soak")
+SUITES: tuple[str, ...] = ("planner", "db", "e2e", "api", "soak", "ui")
 
 
 def register(subparsers: Any) -> None:

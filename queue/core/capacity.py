@@ -93,12 +93,18 @@ def summarize(
     inventory: model.Inventory, reserved: frozenset[DeviceId], *, matcher: DeviceMatcher
 ) -> CapacityReport:
     """Count every device of every known device class by state and scope."""
+    return summarize_states(inventory, device_states(inventory, reserved, matcher=matcher))
+
+
+def summarize_states(
+    inventory: model.Inventory, device_states: Mapping[str, list[tuple[Device, str]]]
+) -> CapacityReport:
+    """`summarize` of states already found (a caller that also draws each device)."""
     counts: dict[str, dict[str, Counter[str]]] = {}
-    for device_class in inventory.device_classes.values():
-        per_node = counts.setdefault(device_class.name, {})
-        for device in _members(inventory.devices.values(), device_class, matcher=matcher):
-            node = device.node or ""
-            per_node.setdefault(node, Counter())[_state(device, inventory, reserved=reserved)] += 1
+    for class_name, states in device_states.items():
+        counted = counts.setdefault(class_name, {})
+        for device, state in states:
+            counted.setdefault(device.node or "", Counter())[state] += 1
     classes: dict[str, Usage] = {}
     nodes: dict[str, dict[str, Usage]] = {}
     domains: dict[tuple[str, str], dict[str, Usage]] = {}
@@ -112,6 +118,19 @@ def summarize(
         for domain, members in _domains(inventory, per_node).items():
             domains.setdefault(domain, {})[class_name] = _usage(members, devices_per_node=size)
     return CapacityReport(classes=classes, nodes=nodes, domains=domains)
+
+
+def device_states(
+    inventory: model.Inventory, reserved: frozenset[DeviceId], *, matcher: DeviceMatcher
+) -> dict[str, list[tuple[Device, str]]]:
+    """Every device of every known device class on a node, with its state (one of STATES)."""
+    return {
+        device_class.name: [
+            (device, _state(device, inventory, reserved=reserved))
+            for device in _members(inventory.devices.values(), device_class, matcher=matcher)
+        ]
+        for device_class in inventory.device_classes.values()
+    }
 
 
 def _members(

@@ -287,6 +287,8 @@ class Victim:
 
     job: JobKey
     reason: str
+    lost_device_s: float = 0.0
+    """Work the eviction destroys (devices x time since the last checkpoint), for the ledger."""
 
 
 @dataclass(frozen=True, slots=True)

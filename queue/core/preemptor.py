@@ -82,7 +82,10 @@ def try_preempt(
     state.preemptions.append(
         Preemption(
             job=job.key,
-            victims=tuple(Victim(v.key, r or "") for v, r in zip(victims, reasons, strict=True)),
+            victims=tuple(
+                Victim(v.key, r or "", lost_device_s=v.lost_work_device_s(now))
+                for v, r in zip(victims, reasons, strict=True)
+            ),
         )
     )
     return True

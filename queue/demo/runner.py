@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -89,8 +90,16 @@ async def run(options: Options, *, on_outcome: Callable[[report.Outcome], None])
         on_outcome(outcome)
         if options.serve:
             options.echo(
-                f"\nREST API serving at {parts.api.base_url} (Ctrl-C to stop); try:\n"
+                f"\nREST API serving at {parts.api.base_url} (Ctrl-C to stop)\n"
+                f"web UI: {parts.api.base_url}/ui/ (sign in with the token below)\n"
+                f"token: {parts.token}\n"
+                + "".join(
+                    f"viewer token of tenant {tenant}: {token}\n"
+                    for tenant, token in parts.viewers.items()
+                )
+                + "try:\n"
                 f"  curl -H 'Authorization: Bearer {parts.token}' {parts.api.base_url}/v1/jobs\n"
+                f"  kubectl --kubeconfig {parts.kubeconfig} get trainingjobs -A\n"
                 f"metrics at {parts.api.metrics_url}/metrics"
             )
             await _serve_until_interrupted(parts.api)
@@ -104,6 +113,10 @@ class _Parts:
     controller: _Controller
     api: stack.ServedApi
     token: str
+    viewers: dict[str, str]
+    """tenant -> a viewer token of that tenant"""
+    kubeconfig: Path
+    """of the emulated cluster, to submit more jobs while the API is served"""
 
 
 async def _start(
@@ -140,7 +153,11 @@ async def _start(
     )
     await _observe(exits, api_client, observed, clock)
     running = await _start_controller(exits, settings, api_client, engine)
-    token, token_file = stack.admin_token_file(Path(exits.enter_context(stack.token_directory())))
+    directory = Path(exits.enter_context(stack.token_directory()))
+    token, token_file = stack.admin_token_file(directory)
+    viewers = stack.add_viewer_tokens(token_file, [t.name for t in scenario.tenants])
+    kubeconfig = directory / "kubesim.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(emulator.kubeconfig(), sort_keys=False))
     app = create_app(
         ApiSettings(database_url=url, auth_mode=AuthMode.TOKEN_FILE, token_file=token_file),
         cluster=running.view,
@@ -148,7 +165,7 @@ async def _start(
     )
     served = await exits.enter_async_context(stack.api_server(app, port=api_port))
     say(f"controller started; REST API at {served.base_url}")
-    return _Parts(api_client, observed, running, served, token)
+    return _Parts(api_client, observed, running, served, token, viewers, kubeconfig)
 
 
 async def _play(

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import secrets
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +83,21 @@ def admin_token_file(directory: Path) -> tuple[str, Path]:
     path.write_text(yaml.safe_dump(body))
     path.chmod(0o600)
     return token, path
+
+
+def add_viewer_tokens(path: Path, tenants: Sequence[str]) -> dict[str, str]:
+    """A viewer token per tenant added to the token file, so a person (or a browser test) can
+    see the API and the web UI as one tenant does; returns tenant -> token."""
+    body = yaml.safe_load(path.read_text())
+    viewers = {tenant: secrets.token_urlsafe(24) for tenant in tenants}
+    for tenant, token in viewers.items():
+        body["tokens"][token] = {
+            "user": f"{tenant}-viewer",
+            "tenants": [tenant],
+            "roles": ["viewer"],
+        }
+    path.write_text(yaml.safe_dump(body))
+    return viewers
 
 
 def token_directory() -> tempfile.TemporaryDirectory[str]:

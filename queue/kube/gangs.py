@@ -264,7 +264,13 @@ class Gangs:
         `history`) is recorded with it and returned, to be learned once committed."""
         gang, now, actor = held.gang, self.clock(), self.settings.actor
         if ending is None:
-            await jobs.mark_running(session, gang.key, at=now, actor=actor)
+            await jobs.mark_running(
+                session,
+                gang.key,
+                at=now,
+                actor=actor,
+                release_skew_ms=self.skews_ms.get(gang.uid),
+            )
             return None
         verdict, context = ending.verdict, ending.context
         failures = [f.details() for f in verdict.failures]

@@ -32,7 +32,7 @@ MARK_ADMITTED = text(
     UPDATE jobs SET phase = 'Admitted', admitted_at = :at, updated_at = :at,
            borrowed = u.borrowed, attempts = jobs.attempts + 1,
            pending_code = NULL, pending_message = NULL, queue_position = NULL,
-           reserved_start_at = NULL
+           reserved_start_at = NULL, reserved_nodes = NULL
     FROM unnest(CAST(:ids AS bigint[]), CAST(:borrowed AS integer[])) AS u(id, borrowed)
     WHERE jobs.id = u.id AND jobs.phase = 'Queued'
     """
@@ -44,10 +44,12 @@ MARK_EVICTING = text(
 SET_PENDING = text(
     """
     UPDATE jobs SET pending_code = u.code, pending_message = u.message,
-           queue_position = u.position, reserved_start_at = u.reserved_start_at
+           queue_position = u.position, reserved_start_at = u.reserved_start_at,
+           reserved_nodes = string_to_array(u.nodes, ',')
     FROM unnest(CAST(:ids AS bigint[]), CAST(:codes AS text[]), CAST(:messages AS text[]),
-                CAST(:positions AS integer[]), CAST(:starts AS timestamptz[]))
-         AS u(id, code, message, position, reserved_start_at)
+                CAST(:positions AS integer[]), CAST(:starts AS timestamptz[]),
+                CAST(:nodes AS text[]))
+         AS u(id, code, message, position, reserved_start_at, nodes)
     WHERE jobs.id = u.id
     """
 )
@@ -55,7 +57,7 @@ FAIL_INVALID = text(
     """
     UPDATE jobs SET phase = 'Failed', finished_at = :at, updated_at = :at,
            pending_code = 'invalid', pending_message = u.message, queue_position = NULL,
-           reserved_start_at = NULL
+           reserved_start_at = NULL, reserved_nodes = NULL
     FROM unnest(CAST(:ids AS bigint[]), CAST(:messages AS text[])) AS u(id, message)
     WHERE jobs.id = u.id AND jobs.phase = 'Queued'
     """
@@ -169,7 +171,10 @@ async def _write_preemptions(
                 actor=actor,
                 now=now,
                 reason=victim.reason,
-                details={"for": preemptor},
+                details={
+                    "for": preemptor,
+                    "lost_device_h": round(victim.lost_device_s / 3600.0, 3),
+                },
             )
             for preemptor, victim in fresh
         ],
@@ -191,8 +196,10 @@ async def _write_pending(
     invalid ends Failed with its reason (module `refusals` queues it again once fixed).
     """
     admitted = {admission.job for admission in result.admissions}
-    starts = {reservation.job: reservation.start_at for reservation in result.reservations}
-    changed: list[tuple[int, str | None, str | None, int | None, datetime | None]] = []
+    held = {reservation.job: reservation for reservation in result.reservations}
+    changed: list[
+        tuple[int, str | None, str | None, int | None, datetime | None, list[str] | None]
+    ] = []
     invalid: list[tuple[snapshot.JobColumns, str]] = []
     for row in loaded.queued:
         key = snapshot.key_of(row)
@@ -205,18 +212,25 @@ async def _write_pending(
         if code == "invalid" and message is not None:
             invalid.append((row, message))
             continue
-        start = starts.get(key)
+        reservation = held.get(key)
         values = (
             code,
             message,
             result.positions.get(key),
-            None if start is None else timestamps.to_datetime(start),
+            None if reservation is None else timestamps.to_datetime(reservation.start_at),
+            None if reservation is None else sorted(str(node) for node in reservation.nodes),
         )
-        stored = (row.pending_code, row.pending_message, row.queue_position, row.reserved_start_at)
+        stored = (
+            row.pending_code,
+            row.pending_message,
+            row.queue_position,
+            row.reserved_start_at,
+            row.reserved_nodes,
+        )
         if values != stored:
             changed.append((row.id, *values))
     if changed:
-        ids, codes, messages, positions, reserved = zip(*changed, strict=True)
+        ids, codes, messages, positions, reserved, nodes = zip(*changed, strict=True)
         await session.execute(
             SET_PENDING,
             {
@@ -225,6 +239,7 @@ async def _write_pending(
                 "messages": list(messages),
                 "positions": list(positions),
                 "starts": list(reserved),
+                "nodes": [None if names is None else ",".join(names) for names in nodes],
             },
         )
     await _fail_invalid(session, invalid, now=now, actor=actor)

@@ -103,6 +103,8 @@ class JobRecord:
     is_evicting: bool
     reserved_start_at: float | None = None
     """Unix seconds a backfill reservation holds for this queued job (rule 5): its ETA."""
+    reserved_nodes: tuple[str, ...] = ()
+    """The nodes that reservation holds (empty without one)."""
     outcome: Outcome | None = None
     """Why a finished job ended."""
 
@@ -266,14 +268,23 @@ async def _record(
     await events.record(session, [(row.id, event)])
 
 
-async def mark_running(session: AsyncSession, key: str, *, at: float, actor: str) -> None:
-    """All pods of the gang are running: its runtime bound starts counting now (rule 5)."""
+async def mark_running(
+    session: AsyncSession, key: str, *, at: float, actor: str, release_skew_ms: int | None = None
+) -> None:
+    """All pods of the gang are running: its runtime bound starts counting now (rule 5). The
+    release skew, when the caller measured it, goes into the history entry (the job page)."""
     row = await _live(session, key)
     if row.phase != ADMITTED:
         raise InvalidInputError(f"job {key} is {row.phase}, only an Admitted job can start")
     row.phase, row.started_at = RUNNING, timestamps.to_datetime(at)
     await _record(
-        session, row, kind=EventKind.STARTED, actor=actor, at=at, reason="all pods running"
+        session,
+        row,
+        kind=EventKind.STARTED,
+        actor=actor,
+        at=at,
+        reason="all pods running",
+        details=None if release_skew_ms is None else {"release_skew_ms": release_skew_ms},
     )
 
 
@@ -298,7 +309,7 @@ async def finish(
     row.phase = SUCCEEDED if succeeded else FAILED
     row.finished_at, row.evicting = instant, False
     row.pending_code, row.pending_message = cause or None, reason
-    row.queue_position = row.reserved_start_at = None
+    row.queue_position = row.reserved_start_at = row.reserved_nodes = None
     details: dict[str, object] = {"devices_released": freed}
     if failures:
         details["replicas"] = list(failures)
@@ -343,7 +354,7 @@ async def requeue(
     instant = timestamps.to_datetime(at)
     freed = await reservations.release(session, [row.id], at=instant)
     row.phase, row.evicting, row.borrowed = QUEUED, False, 0
-    row.admitted_at = row.started_at = row.reserved_start_at = None
+    row.admitted_at = row.started_at = row.reserved_start_at = row.reserved_nodes = None
     row.not_before = timestamps.to_datetime(at + backoff_s) if backoff_s > 0 else None
     if preempted:
         row.preemptions += 1
@@ -366,7 +377,7 @@ async def suspend(session: AsyncSession, key: str, *, at: float, actor: str, rea
     row.phase, row.evicting, row.borrowed = SUSPENDED, False, 0
     row.admitted_at = row.started_at = None
     row.pending_code = row.pending_message = None
-    row.queue_position = row.reserved_start_at = None
+    row.queue_position = row.reserved_start_at = row.reserved_nodes = None
     details = {"devices_released": freed}
     await _record(
         session, row, kind=EventKind.SUSPENDED, actor=actor, at=at, reason=reason, details=details
@@ -408,6 +419,7 @@ class _RecordFields(Protocol):
     borrowed: int
     evicting: bool
     reserved_start_at: datetime | None
+    reserved_nodes: list[str] | None
 
 
 _RECORD_COLUMNS = tuple(getattr(JobRow, name) for name in _RecordFields.__annotations__)
@@ -447,6 +459,7 @@ def _record_view(row: _RecordFields) -> JobRecord:
         borrowed=row.borrowed,
         is_evicting=row.evicting,
         reserved_start_at=timestamps.optional_unix(row.reserved_start_at),
+        reserved_nodes=tuple(row.reserved_nodes or ()),
         outcome=outcome,
     )
 
@@ -540,3 +553,70 @@ async def queue_summary(session: AsyncSession, *, now: float) -> tuple[QueueSumm
         )
         for tier, tenant, pending, admitted, oldest in rows
     )
+
+
+async def queued_in_order(session: AsyncSession, *, limit: int = 20_000) -> tuple[JobRecord, ...]:
+    """Every queued job in the order the last cycle ranked them (position 1 first; jobs it has
+    not ranked yet last, oldest first): what the queue page lists and counts blockers from."""
+    rows = await session.execute(
+        select(*_RECORD_COLUMNS)
+        .where(JobRow.phase == QUEUED)
+        .order_by(JobRow.queue_position.asc().nulls_last(), JobRow.submitted_at, JobRow.id)
+        .limit(limit)
+    )
+    return tuple(_record_view(cast(_RecordFields, row)) for row in rows)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantUse:
+    """What one tenant holds and waits for in one device class, from the jobs table."""
+
+    tenant: str
+    device_class: str
+    in_use: int
+    borrowed: int
+    waiting_jobs: int
+    waiting_devices: int
+
+
+async def tenant_use(session: AsyncSession) -> tuple[TenantUse, ...]:
+    holding = JobRow.phase.in_(HOLDING_PHASES)
+    queued = JobRow.phase == QUEUED
+    size = JobRow.replicas * JobRow.devices_per_replica
+    rows = await session.execute(
+        select(
+            JobRow.tenant,
+            JobRow.device_class,
+            func.coalesce(func.sum(size).filter(holding), 0),
+            func.coalesce(func.sum(JobRow.borrowed).filter(holding), 0),
+            func.count().filter(queued),
+            func.coalesce(func.sum(size).filter(queued), 0),
+        )
+        .where(JobRow.phase.not_in(FINISHED_PHASES))
+        .group_by(JobRow.tenant, JobRow.device_class)
+        .order_by(JobRow.tenant, JobRow.device_class)
+    )
+    return tuple(
+        TenantUse(tenant, device_class, int(used), int(borrowed), int(jobs), int(devices))
+        for tenant, device_class, used, borrowed, jobs, devices in rows
+    )
+
+
+CHANGE_MARKER = text(
+    """
+    SELECT (SELECT max(id) FROM events),
+           (SELECT max(updated_at) FROM jobs),
+           (SELECT count(*) FROM reservations WHERE released_at IS NULL),
+           (SELECT sum(hashtext(concat_ws('|', id, queue_position, pending_message,
+                                           reserved_start_at, reserved_nodes)))
+            FROM jobs WHERE phase = 'Queued')
+    """
+)
+
+
+async def change_marker(session: AsyncSession) -> tuple[object, ...]:
+    """A value that changes whenever what people see of jobs changes (a history entry, a phase,
+    a reservation, a queued job's position, reason or reserved start): one cheap query lets
+    live pages learn that something changed without each browser polling every list."""
+    row = (await session.execute(CHANGE_MARKER)).one()
+    return tuple(row)

@@ -139,6 +139,8 @@ class JobRow(Base):
     queue_position: Mapped[int | None] = mapped_column(Integer)
     reserved_start_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     """Backfill reservation of a queued job: its earliest start, the ETA shown (rule 5)."""
+    reserved_nodes: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    """The nodes that reservation holds for the job; NULL whenever `reserved_start_at` is."""
     admitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import select, text, update
@@ -21,7 +22,7 @@ from gangq.queue.core import model
 from gangq.queue.core.device import DeviceId, device_id
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.store.errors import ConflictError
-from gangq.queue.store.models import ReservationRow
+from gangq.queue.store.models import JobRow, ReservationRow
 
 ACTIVE_DEVICE_INDEX = "uq_reservations_active_device"
 RESERVE = text(
@@ -151,3 +152,33 @@ async def reserved_devices(session: AsyncSession) -> frozenset[DeviceId]:
         )
     )
     return frozenset(device_id(driver, pool, name) for driver, pool, name in rows)
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """The job that holds a device: what a device cell of the cluster page names."""
+
+    job: model.JobKey
+    tenant: str
+    tier: str
+
+
+async def holders(session: AsyncSession) -> dict[DeviceId, Holder]:
+    """Every device gangq holds right now and the job holding it."""
+    rows = await session.execute(
+        select(
+            ReservationRow.driver,
+            ReservationRow.pool,
+            ReservationRow.device,
+            JobRow.namespace,
+            JobRow.name,
+            JobRow.tenant,
+            JobRow.tier,
+        )
+        .join(JobRow, JobRow.id == ReservationRow.job_id)
+        .where(ReservationRow.released_at.is_(None))
+    )
+    return {
+        device_id(driver, pool, name): Holder(model.JobKey(f"{namespace}/{job}"), tenant, tier)
+        for driver, pool, name, namespace, job, tenant, tier in rows
+    }

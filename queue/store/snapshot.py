@@ -44,6 +44,7 @@ _COLUMNS = (
     JobRow.pending_message,
     JobRow.queue_position,
     JobRow.reserved_start_at,
+    JobRow.reserved_nodes,
     JobRow.family,
     JobRow.checkpoint_interval_s,
     JobRow.last_checkpoint_at,

@@ -1,8 +1,9 @@
-"""Usage accounting: device-hours per tenant, tier and device class, from reservation intervals.
+"""Usage accounting: device-hours used per tenant, tier and device class, and lost to evictions.
 
-Owns the chargeback query. A reservation counts for the part of its interval inside the report
-window; one still active counts until the window's end. It must not read anything but the
-reservations and the jobs they belong to.
+Owns the chargeback query (a reservation counts for the part of its interval inside the report
+window; one still active counts until the window's end) and the preemption ledger (evictions by
+victim and preemptor, with the work each lost, from the `preempted` history entries). It must
+not read anything but the reservations, the events and the jobs they belong to.
 """
 
 from __future__ import annotations
@@ -62,6 +63,63 @@ async def report(
             device_class=row.device_class,
             jobs=int(row.jobs),
             device_hours=float(row.device_hours),
+        )
+        for row in rows
+    )
+
+
+PREEMPTION_LEDGER = text(
+    """
+    SELECT v.tenant AS victim_tenant, v.tier AS victim_tier,
+           p.tenant AS by_tenant, p.tier AS by_tier,
+           COUNT(*) AS evictions,
+           SUM(COALESCE(CAST(e.details->>'lost_device_h' AS double precision), 0))
+               AS lost_device_hours
+    FROM events e JOIN jobs v ON v.id = e.job_id
+    LEFT JOIN LATERAL (
+        SELECT j.tenant, j.tier FROM jobs j
+        WHERE j.namespace = split_part(e.details->>'for', '/', 1)
+          AND j.name = split_part(e.details->>'for', '/', 2)
+        ORDER BY j.id DESC LIMIT 1
+    ) p ON true
+    WHERE e.kind = 'preempted' AND e.at >= :since AND e.at < :until
+    GROUP BY 1, 2, 3, 4
+    ORDER BY 1, 2, 3, 4
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    """Evictions that `victim_tenant`'s jobs of `victim_tier` suffered for `by_tenant`'s jobs of
+    `by_tier` (None when the preemptor is gone from the store), and the work they lost."""
+
+    victim_tenant: str
+    victim_tier: str
+    by_tenant: str | None
+    by_tier: str | None
+    evictions: int
+    lost_device_hours: float
+
+
+async def preemption_ledger(
+    session: AsyncSession, *, since: float, until: float
+) -> tuple[LedgerRow, ...]:
+    """Evictions in [since, until): who suffered them, who caused them, what they cost."""
+    if until <= since:
+        raise InvalidInputError("ledger window is empty: `since` must be before `until`")
+    rows = await session.execute(
+        PREEMPTION_LEDGER,
+        {"since": timestamps.to_datetime(since), "until": timestamps.to_datetime(until)},
+    )
+    return tuple(
+        LedgerRow(
+            victim_tenant=row.victim_tenant,
+            victim_tier=row.victim_tier,
+            by_tenant=row.by_tenant,
+            by_tier=row.by_tier,
+            evictions=int(row.evictions),
+            lost_device_hours=float(row.lost_device_hours),
         )
         for row in rows
     )

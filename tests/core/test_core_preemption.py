@@ -65,6 +65,7 @@ def test_higher_tier_evicts_a_whole_lower_gang_with_a_reason() -> None:
                     JobKey("team-b/small"),
                     "preempted by team-a/train (tier training > small), losing 22.2 device-h "
                     "since the last checkpoint",
+                    lost_device_s=pytest.approx(22.2 * 3600, rel=0.005),
                 ),
             ),
         ),

@@ -135,13 +135,15 @@ def test_the_wheel_built_from_the_copied_sources_installs_and_runs(tmp_path: Pat
 
     assert "--log-format" in gangq("run", "--help")
     assert "--database-url" in gangq("migrate", "--help")
+    shipped = sorted(path.name for path in (ROOT / "api" / "ui").iterdir())
     where = subprocess.run(
         [
             str(python),
             "-c",
             "import importlib.resources as r, gangq.queue.cli as c; print(c.__file__); "
             "print(r.files('gangq.queue.demo').joinpath('crds', 'trainingjob.yaml').is_file()); "
-            "print(r.files('gangq.queue.store').joinpath('migrations', 'env.py').is_file())",
+            "print(r.files('gangq.queue.store').joinpath('migrations', 'env.py').is_file()); "
+            f"from gangq.api.routers import ui; print(sorted(ui.FILES) == {shipped!r})",
         ],
         capture_output=True,
         text=True,
@@ -150,4 +152,4 @@ def test_the_wheel_built_from_the_copied_sources_installs_and_runs(tmp_path: Pat
         cwd=tmp_path,
     ).stdout.split()
     assert where[0].startswith(str(installed))  # the wheel's code, not this checkout's
-    assert where[1:] == ["True", "True"]
+    assert where[1:] == ["True", "True", "True"]  # the web UI's files ship in the wheel

@@ -107,7 +107,12 @@ async def test_lifecycle_to_success_frees_the_key(session_factory: Sessions) -> 
         detail = await jobs.get_job(session, "a/one")
         assert detail is not None
         assert detail.placement == (placement("node-1", 3),)
-        await jobs.mark_running(session, "a/one", at=T0 + 20, actor="controller")
+        await jobs.mark_running(
+            session, "a/one", at=T0 + 20, actor="controller", release_skew_ms=12
+        )
+        started = await jobs.get_job(session, "a/one")
+        assert started is not None
+        assert started.history[-1].details == {"release_skew_ms": 12}
         await jobs.finish(
             session, "a/one", succeeded=True, at=T0 + 80, actor="controller", reason="done"
         )

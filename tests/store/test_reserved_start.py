@@ -31,6 +31,13 @@ async def _reserved(sessions: Sessions, *keys: str) -> dict[str, tuple[str, floa
     return found
 
 
+async def _nodes(sessions: Sessions, key: str) -> tuple[str, ...]:
+    async with sessions() as session:
+        detail = await jobs.get_job(session, key)
+    assert detail is not None, key
+    return detail.job.reserved_nodes
+
+
 async def test_the_reserved_start_follows_the_head_of_the_tier(
     database_url: str, session_factory: Sessions
 ) -> None:
@@ -61,6 +68,10 @@ async def test_the_reserved_start_follows_the_head_of_the_tier(
             "ml-train/big": ("Queued", T0 + 10 + RUNTIME_S),
             "ml-train/next": ("Queued", None),
         }
+        # ... on the nodes the core reserved (the queue page's timeline names them).
+        reserved_nodes = tuple(sorted(first.reservations[0].nodes))
+        assert reserved_nodes and await _nodes(session_factory, "ml-train/big") == reserved_nodes
+        assert await _nodes(session_factory, "ml-train/next") == ()
 
         # An older job arrives: the tier's reservation moves to it and big loses its ETA.
         async with session_factory() as session, session.begin():
@@ -72,6 +83,7 @@ async def test_the_reserved_start_follows_the_head_of_the_tier(
             "ml-train/older": ("Queued", second.reservations[0].start_at),
             "ml-train/big": ("Queued", None),
         }
+        assert await _nodes(session_factory, "ml-train/big") == ()
 
         # A gang ends early: the reserved job is admitted and no longer shows a reserved start.
         async with session_factory() as session, session.begin():

@@ -1,0 +1,140 @@
+"""The web UI in headless Chromium against `gangq demo --serve` (the reference scenario played).
+
+After the demo, llm-prod (tenant prod, 3 x 8) holds 24 of the 64 devices and every other job
+has ended; the tests sign in, read each page, check that a viewer of ml-train cannot see
+prod's job, and that a job submitted to the emulated cluster appears without a reload.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from playwright.sync_api import Browser, Page
+from ui_browser import Demo, open_page, screenshot, sign_in
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def admin(browser: Browser, demo: Demo) -> Page:
+    return sign_in(browser, demo, demo.token)
+
+
+def submit_job(demo: Demo, name: str, *, replicas: int) -> None:
+    """Create a TrainingJob of tenant ml-train in the emulated cluster, as kubectl would."""
+    config = yaml.safe_load(demo.kubeconfig.read_text())
+    server = config["clusters"][0]["cluster"]["server"]
+    token = config["users"][0]["user"].get("token")
+    body: dict[str, Any] = {
+        "apiVersion": "gangq.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": "ml-train"},
+        "spec": {
+            "tier": "training",
+            "replicas": replicas,
+            "devicesPerReplica": 8,
+            "deviceClassName": "gpu.nvidia.com",
+            "maxRuntimeSeconds": 3600,
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "busybox",
+                            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                        }
+                    ]
+                }
+            },
+        },
+    }
+    answer = httpx.post(
+        f"{server}/apis/gangq.dev/v1alpha1/namespaces/ml-train/trainingjobs",
+        json=body,
+        headers={"Authorization": f"Bearer {token}"} if token else {},
+    )
+    assert answer.status_code == 201, answer.text
+
+
+def test_cluster_shows_every_device_with_its_holder(admin: Page) -> None:
+    cells = admin.locator("main .cells .cell")
+    assert cells.count() == 64
+    assert "64 devices on 8 nodes" in admin.inner_text("[data-summary='gpu.nvidia.com']")
+    assert "Largest placeable gang" in admin.inner_text("main")
+    held = admin.locator("main .cell.mine")
+    assert held.count() == 24
+    held.first.focus()
+    tip = admin.locator("#tip")
+    assert tip.is_visible() and "inference/llm-prod" in tip.inner_text()
+    admin.keyboard.press("ArrowRight")
+    assert "inference/llm-prod" in (
+        admin.evaluate("document.activeElement.getAttribute('aria-label')") or ""
+    )
+    assert admin.locator("main .cells .cell.free").count() == 40
+    screenshot(admin, "cluster")
+    assert admin.errors == []  # type: ignore[attr-defined]
+
+
+def test_jobs_and_a_job_with_placement_history_and_log_commands(admin: Page) -> None:
+    open_page(admin, "jobs")
+    rows = admin.locator("main table tbody tr")
+    assert rows.count() >= 15
+    assert "ml-train/train-llm-2" in admin.inner_text("main table")
+    screenshot(admin, "jobs")
+    open_page(admin, "jobs/inference/llm-prod")
+    text = admin.inner_text("main")
+    assert "prod / prod-inference" in text and "Running" in text
+    placement = admin.locator("main table tbody tr")
+    assert placement.count() == 2  # a row per replica of the job (the scale-up is a gang apart)
+    assert "gpu.nvidia.com/gpu-" in placement.first.inner_text()
+    assert "kubectl logs -n inference llm-prod-0" in text
+    assert "gangq logs inference/llm-prod --replica 1" in text
+    kinds = admin.locator("main ol.timeline li strong").all_inner_texts()
+    assert kinds[:3] == ["enqueued", "admitted", "started"]
+    started = admin.locator("main ol.timeline li.started").first.inner_text()
+    assert "release_skew_ms: " in started
+    screenshot(admin, "job")
+
+
+def test_tenants_show_quotas_use_and_the_preemption_ledger(admin: Page) -> None:
+    open_page(admin, "tenants")
+    quotas = admin.locator("main table").first.inner_text()
+    for tenant in ("prod", "ml-train", "ci"):
+        assert tenant in quotas
+    ledger = admin.locator("main table").nth(2).inner_text()
+    assert "ci" in ledger and "prod" in ledger  # small jobs of ci evicted for llm-prod
+    screenshot(admin, "tenants")
+
+
+def test_a_submitted_job_appears_in_the_queue_without_a_reload(admin: Page, demo: Demo) -> None:
+    open_page(admin, "queue")
+    before = admin.evaluate("document.body.dataset.changes || '0'")
+    # 8 x 8 cannot start while llm-prod holds 24 devices: it waits, with a reason.
+    submit_job(demo, "too-big", replicas=8)
+    admin.wait_for_function(
+        "() => document.querySelector('main').innerText.includes('ml-train/too-big')",
+        timeout=15_000,
+    )
+    assert admin.evaluate("document.body.dataset.changes") != before
+    row = admin.locator("main table tbody tr", has_text="ml-train/too-big")
+    assert "8 \u00d7 8" in row.inner_text()
+    assert row.locator("td").nth(3).inner_text().strip() not in ("", "not ranked yet")
+    screenshot(admin, "queue")
+
+
+def test_a_viewer_sees_only_its_tenants_jobs(browser: Browser, demo: Demo) -> None:
+    viewer = sign_in(browser, demo, demo.viewers["ml-train"])
+    assert viewer.locator("main .cells .cell").count() == 64
+    assert viewer.locator("main .cells .cell.other").count() == 24
+    assert "llm-prod" not in viewer.inner_text("main")
+    open_page(viewer, "jobs")
+    listed = viewer.inner_text("main table")
+    assert "ml-train/train-llm" in listed and "inference/" not in listed
+    open_page(viewer, "jobs/inference/llm-prod")
+    assert "no job inference/llm-prod that you may read" in viewer.inner_text("main")
+    open_page(viewer, "tenants")
+    assert "prod" not in viewer.locator("main table").first.inner_text().replace("ml-train", "")
+    viewer.close()
