@@ -290,12 +290,12 @@ def _place(
 
 
 def _admit(job: PendingJob, choice: placement.Choice, *, state: CycleState) -> None:
-    result = placement.as_placement(choice)
+    result = placement.as_placement(choice, placement.Shape.of(job), state.pool)
     borrowed = state.book.borrowed(job.tenant, job.device_class, job.device_count)
     state.book.charge(job.tenant, job.device_class, job.device_count)
     state.owed.settle(job)
     for replica in result:
-        state.pool.take(replica.node, replica.devices, job.pod)
+        state.pool.take(replica.node, replica.devices, job.pod, shares=replica.shares)
         state.touched_nodes.add(replica.node)
     state.admissions.append(Admission(job=job.key, placement=result, borrowed=borrowed))
     end = _job_end(job, state=state)

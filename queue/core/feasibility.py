@@ -151,7 +151,7 @@ class NeverFit:
         self, shape: placement.Shape, *, tiers: Lasting
     ) -> explain.PendingReason | None:
         key = shape.selector
-        device_class, selectors = key
+        device_class, selectors, _ = key
         pool = self._pool
         if device_class not in pool.inventory.device_classes:
             return explain.unschedulable(
@@ -203,7 +203,7 @@ class NeverFit:
         found = self._per_node.get(key)
         if found is None:
             inventory = self._pool.inventory
-            device_class, selectors = key
+            device_class, selectors, _ = key
             expressions = (*inventory.device_classes[device_class].selectors, *selectors)
             per_node = self._pool.matcher.count_by_node(expressions, inventory.devices)
             found = self._per_node[key] = (per_node, max(per_node.values(), default=0))
@@ -259,7 +259,7 @@ class NeverFit:
         return found
 
     def _nothing_matches(self, key: SelectorKey) -> explain.PendingReason:
-        device_class, selectors = key
+        device_class, selectors, _ = key
         class_selectors = self._pool.inventory.device_classes[device_class].selectors
         errors = self._pool.matcher.runtime_errors
         for expression in (*selectors, *class_selectors):
@@ -269,7 +269,7 @@ class NeverFit:
                     f"CEL selector {expression!r} fails to evaluate: {errors[expression]}: "
                     f"fix {where}"
                 )
-        if selectors and self._pool.capable_nodes((device_class, ()), 1):
+        if selectors and self._pool.capable_nodes((device_class, (), ()), 1):
             return explain.unschedulable(
                 f"no {device_class} device matches the job's selectors: change spec.selectors"
             )

@@ -192,6 +192,26 @@ class ClusterCache:
                     )
                 ),
             ),
+            counters=self._part(
+                "counters",
+                (resources.RESOURCE_SLICES,),
+                lambda: inventory.counters_by_set(
+                    _readable(
+                        self.objects(resources.RESOURCE_SLICES).values(),
+                        device.counters_from_slice,
+                    )
+                ),
+            ),
+            shared_by_others=self._part(
+                "shared",
+                (resources.RESOURCE_CLAIMS,),
+                lambda: inventory.shared_by_others(
+                    _readable(
+                        _foreign(self.objects(resources.RESOURCE_CLAIMS)),
+                        lambda claim: inventory.shared_by_others([claim]),
+                    )
+                ),
+            ),
             topology_keys=self.settings.topology_keys,
         )
         self._inventory = (self.version, built)

@@ -50,15 +50,16 @@ class FifoPolicy:
                 if self.strict:
                     blocked_tenants.add(job.tenant)
                 continue
-            choice = placement.place(placement.Shape.of(job), pool)
+            shape = placement.Shape.of(job)
+            choice = placement.place(shape, pool)
             if isinstance(choice, placement.Shortfall):
                 if self.strict:
                     break
                 continue
-            replicas = placement.as_placement(choice)
+            replicas = placement.as_placement(choice, shape, pool)
             borrowed = book.borrowed(job.tenant, job.device_class, job.device_count)
             for replica in replicas:
-                pool.take(replica.node, replica.devices, job.pod)
+                pool.take(replica.node, replica.devices, job.pod, shares=replica.shares)
             book.charge(job.tenant, job.device_class, job.device_count)
             admissions.append(Admission(job=job.key, placement=replicas, borrowed=borrowed))
         return CycleResult(admissions=tuple(admissions))
