@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 
-from gangq.queue.core import explain, fit, placement
+from gangq.queue.core import explain, fit, placement, quantity, sharing
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.errors import SelectorError
 from gangq.queue.core.model import (
@@ -109,6 +109,7 @@ class NeverFit:
         kind = (
             job.device_class,
             job.selectors,
+            job.capacity_requests,
             job.replicas,
             job.devices_per_replica,
             job.constraints,
@@ -168,6 +169,13 @@ class NeverFit:
         per_node, most = self._matching(key)
         if not per_node:
             return self._nothing_matches(key)
+        if key[2] and not self._serves(key):
+            asked = ", ".join(f"{name} {quantity.format_milli(amount)}" for name, amount in key[2])
+            return explain.unschedulable(
+                f"no {device_class} device matching the job's selectors can give {asked} "
+                "(too little capacity, or its request policy allows no such share): change "
+                "spec.capacity.requests"
+            )
         count = shape.devices_per_replica
         if most < count:
             which = " matching the selectors" if selectors else ""
@@ -257,6 +265,14 @@ class NeverFit:
                 for node, count in held:
                     found[node] = found.get(node, 0) + count
         return found
+
+    def _serves(self, key: SelectorKey) -> bool:
+        """Some matching device could ever give the capacity the job requests."""
+        pool = self._pool
+        return any(
+            sharing.consumption(device, key[2]) is not None and pool.is_matching(key, device)
+            for device in pool.inventory.devices.values()
+        )
 
     def _nothing_matches(self, key: SelectorKey) -> explain.PendingReason:
         device_class, selectors, _ = key

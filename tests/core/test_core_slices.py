@@ -275,3 +275,25 @@ def test_gpu_equivalents_of_partitions_and_shares() -> None:
     assert sharing.equivalent(by_profile["3g.40gb"], (), counters) == 500
     shared = builders.shared_gpus("node-0")[0]
     assert sharing.equivalent(shared, ((MEMORY, 20 * GIB),), counters) == 250
+
+
+def test_a_share_no_device_can_give_is_unschedulable_with_its_reason() -> None:
+    devices = builders.shared_gpus("node-0")
+    inventory = Inventory(
+        nodes={NodeName("node-0"): builders.node("node-0")},
+        devices={d.id: d for d in devices},
+        device_classes={builders.GPU: builders.GPU_CLASS},
+    )
+    job = replace(
+        builders.job("huge", selectors=(builders.profile_selector("shared"),)),
+        capacity_requests=(("memory", 81 * GIB),),
+    )
+    fitting = replace(job, key=JobKey("team-a/fits"), capacity_requests=(("memory", 80 * GIB),))
+    snapshot = Snapshot(
+        inventory=inventory, quotas=(builders.quota("team-a", 8),), pending=(job, fitting)
+    )
+    result = cycle.run_cycle(snapshot=snapshot, policy=Policy(), now=0.0, matcher=DeviceMatcher())
+    assert [a.job for a in result.admissions] == ["team-a/fits"]
+    reason = result.pending[job.key]
+    assert reason.code == "unschedulable"
+    assert "can give memory 81Gi" in reason.message
