@@ -140,9 +140,10 @@ class NeverFit:
                 f"(allowed: {', '.join(quota.allowed_tiers)}): use an allowed tier"
             )
         limit = quota.nominal + quota.borrowing_limit
-        if job.device_count > limit:
+        if job.equivalent_milli > limit * sharing.WHOLE:
+            needed = sharing.format_equivalent(job.equivalent_milli)
             return explain.unschedulable(
-                f"needs {job.device_count} {job.device_class}, more than tenant {job.tenant} "
+                f"needs {needed} {job.device_class}, more than tenant {job.tenant} "
                 f"may ever use (nominal {quota.nominal} + borrowing limit "
                 f"{quota.borrowing_limit} = {limit}): ask for fewer devices or a larger quota"
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import NamedTuple, NewType
 
 from gangq.queue.core import explain
@@ -215,6 +216,9 @@ class PendingJob:
     submitted_at: float = 0.0
     max_runtime_s: float | None = None
     """Upper bound of the run (the job is stopped past it); None means it never ends by itself."""
+    share_milli: int | Fraction = 1000
+    """GPU-equivalents one of its devices counts for in quotas, in thousandths: 1000 for whole
+    devices; the cycle sets the largest a matching partition or share may count for."""
     predicted_runtime_s: float | None = None
     """Expected run from the history of similar jobs (module `prediction`), at most
     `max_runtime_s`; None: no better guess than `max_runtime_s`."""
@@ -222,6 +226,11 @@ class PendingJob:
     @property
     def device_count(self) -> int:
         return self.replicas * self.devices_per_replica
+
+    @property
+    def equivalent_milli(self) -> int | Fraction:
+        """What the job counts for in quotas: GPU-equivalents in thousandths (rule 3)."""
+        return self.device_count * self.share_milli
 
 
 class Share(NamedTuple):

@@ -14,7 +14,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from gangq.queue.core import fit, sharing
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.device import CounterSetId, Device, DeviceId
-from gangq.queue.core.model import Inventory, NodeName, PodRequirements, RunningJob, Share
+from gangq.queue.core.model import (
+    Inventory,
+    NodeName,
+    PodRequirements,
+    ReplicaPlacement,
+    RunningJob,
+    Share,
+)
 
 SelectorKey = tuple[str, tuple[str, ...], sharing.CapacityRequests]
 """(device class name, job selectors, capacity requests): the unit of matching that views are
@@ -176,6 +183,7 @@ class Pool:
         self._matching_per_node: dict[SelectorKey, dict[NodeName, int]] = {}
         self._answers: dict[SelectorKey, dict[DeviceId, bool]] = {}
         self._held: dict[tuple[SelectorKey, str], tuple[Held, ...]] = {}
+        self._estimates: dict[SelectorKey, sharing.Equivalent] = {}
         if self.partitioned:
             self._charge_held(running)
 
@@ -268,6 +276,30 @@ class Pool:
                 if consumed is not None:
                     found.append(Share(device.id, consumed))
         return tuple(found)
+
+    def held_equivalent(self, placement: Iterable[ReplicaPlacement]) -> sharing.Equivalent:
+        """GPU-equivalents (thousandths) a placement holds: partitions and shares in part."""
+        return sharing.placement_equivalent(
+            placement, self.inventory.devices, self.inventory.counters
+        )
+
+    def share_estimate(self, key: SelectorKey) -> sharing.Equivalent:
+        """The most GPU-equivalents (thousandths) one device matching `key` may count for;
+        a whole one when nothing matches."""
+        found = self._estimates.get(key)
+        if found is None:
+            counters, requests = self.inventory.counters, key[2]
+            found = max(
+                (
+                    sharing.equivalent(device, consumed, counters)
+                    for device in self.inventory.devices.values()
+                    if (consumed := sharing.consumption(device, requests)) is not None
+                    and self.is_matching(key, device)
+                ),
+                default=sharing.WHOLE,
+            )
+            self._estimates[key] = found
+        return found
 
     def siblings(self, devices: Iterable[DeviceId]) -> frozenset[DeviceId]:
         """These devices and every free one sharing a counter set with them: kept for a

@@ -397,7 +397,7 @@ def _hold_for_preemptor(
         free = [d for d in devices if d.id in state.pool.free]
         shares = state.pool.shares_of(selector, free)
         state.pool.take(node, [d.id for d in free], job.pod, shares=shares)
-    state.book.charge(job.tenant, job.device_class, job.device_count)
+    state.book.charge(job.tenant, job.device_class, job.equivalent_milli)
     state.owed.settle(job)
     state.pending[job.key] = explain.preemption(
         victims=tuple(v.key for v in victims) or tuple(g.key for g in awaited),

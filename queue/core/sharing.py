@@ -10,9 +10,12 @@ policy; the shares never exceed the capacity. The API server checks neither (ref
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
 
 from gangq.queue.core.device import CounterSetId, Device, DeviceId, qualify
+from gangq.queue.core.model import ReplicaPlacement
 
 CapacityRequests = tuple[tuple[str, int], ...]
 """Capacity name (as the job wrote it) -> amount in thousandths, sorted: a job's share request."""
@@ -50,32 +53,71 @@ def consumption(device: Device, requests: CapacityRequests) -> Consumed | None:
     return tuple(taken)
 
 
+Equivalent = int | Fraction
+"""GPU-equivalents in thousandths: exact, so seven 1/7 partitions are exactly one GPU. A
+Fraction only where a partition or share is no whole number of thousandths; whole devices stay
+integers and cost no fraction arithmetic."""
+
+
+def _exact(value: Fraction) -> Equivalent:
+    return value.numerator if value.denominator == 1 else value
+
+
 def equivalent(
     device: Device, consumed: Consumed, counters: Mapping[CounterSetId, Mapping[str, int]]
-) -> int:
+) -> Equivalent:
     """GPU-equivalents (thousandths) one allocation counts for: a share is its largest fraction
     of the device's capacity, a partition its largest fraction of each counter set it consumes,
-    a plain device one. Rounded up, so charging never under-counts."""
+    a plain device one (at most one in any case)."""
     if device.multi:
         fractions = [
-            -(-WHOLE * amount // device.capacity[name])
+            Fraction(WHOLE * amount, device.capacity[name])
             for name, amount in consumed
             if device.capacity.get(name, 0) > 0
         ]
-        return min(WHOLE, max(fractions, default=WHOLE))
+        return _exact(min(Fraction(WHOLE), max(fractions, default=Fraction(WHOLE))))
     if not device.consumes:
         return WHOLE
-    total = 0
+    total = Fraction(0)
     for set_id, amounts in device.consumes:
         limits = counters.get(set_id, {})
         total += max(
             (
-                -(-WHOLE * amount // limits[name]) if limits.get(name, 0) > 0 else WHOLE
+                Fraction(WHOLE * amount, limits[name]) if limits.get(name, 0) > 0 else WHOLE
                 for name, amount in amounts.items()
             ),
-            default=0,
+            default=Fraction(0),
         )
-    return min(WHOLE, total)
+    return _exact(min(Fraction(WHOLE), total))
+
+
+def rounded_up(value: Equivalent) -> int:
+    """Whole thousandths, never fewer than exact (what reservation rows store)."""
+    return math.ceil(value)
+
+
+def format_equivalent(value: Equivalent) -> str:
+    """GPU-equivalents as people read them: `3`, `0.143`, `1` for seven sevenths."""
+    if value % WHOLE == 0:
+        return str(int(value // WHOLE))
+    return f"{float(value) / WHOLE:.3f}".rstrip("0")
+
+
+def placement_equivalent(
+    placement: Iterable[ReplicaPlacement],
+    devices: Mapping[DeviceId, Device],
+    counters: Mapping[CounterSetId, Mapping[str, int]],
+) -> Equivalent:
+    """GPU-equivalents (thousandths) a placement holds; an unknown device counts whole."""
+    total: Equivalent = 0
+    for replica in placement:
+        shares = {share.device: share.consumed for share in replica.shares}
+        for device_id in replica.devices:
+            device = devices.get(device_id)
+            total += (
+                WHOLE if device is None else equivalent(device, shares.get(device_id, ()), counters)
+            )
+    return total
 
 
 class Ledger:

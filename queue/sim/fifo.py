@@ -8,7 +8,7 @@ tier (as a priority class would), then submission time, then job key.
 
 from __future__ import annotations
 
-from gangq.queue.core import placement, quota
+from gangq.queue.core import placement, quota, sharing
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.model import (
     DEFAULT_TIERS,
@@ -57,11 +57,15 @@ class FifoPolicy:
                     break
                 continue
             replicas = placement.as_placement(choice, shape, pool)
-            borrowed = book.borrowed(job.tenant, job.device_class, job.device_count)
+            borrowed = book.borrowed(job.tenant, job.device_class, job.equivalent_milli)
             for replica in replicas:
                 pool.take(replica.node, replica.devices, job.pod, shares=replica.shares)
-            book.charge(job.tenant, job.device_class, job.device_count)
-            admissions.append(Admission(job=job.key, placement=replicas, borrowed=borrowed))
+            book.charge(job.tenant, job.device_class, job.equivalent_milli)
+            admissions.append(
+                Admission(
+                    job=job.key, placement=replicas, borrowed=int(-(-borrowed // sharing.WHOLE))
+                )
+            )
         return CycleResult(admissions=tuple(admissions))
 
     def wake_at(self, snapshot: Snapshot, *, now: float) -> float | None:

@@ -100,7 +100,7 @@ def _parts(
         share_id,
         shared,
         counters,
-        sharing.equivalent(device, consumed or (), inventory.counters),
+        sharing.rounded_up(sharing.equivalent(device, consumed or (), inventory.counters)),
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from fractions import Fraction
 
 import builders
 from hypothesis import HealthCheck, given, settings
@@ -271,7 +272,10 @@ def test_gpu_equivalents_of_partitions_and_shares() -> None:
     devices, counters = builders.partitioned_gpus("node-0", 1)
     by_profile: Mapping[str, Device] = {str(d.attributes[builders.PROFILE]): d for d in devices}
     assert sharing.equivalent(by_profile["whole"], (), counters) == 1000
-    assert sharing.equivalent(by_profile["1g.10gb"], (), counters) == 143  # 1/7, rounded up
+    seventh = sharing.equivalent(by_profile["1g.10gb"], (), counters)
+    assert seventh == Fraction(1000, 7), "one of seven compute slices, exactly"
+    assert sharing.format_equivalent(seventh) == "0.143"
+    assert sharing.format_equivalent(7 * seventh) == "1"
     assert sharing.equivalent(by_profile["3g.40gb"], (), counters) == 500
     shared = builders.shared_gpus("node-0")[0]
     assert sharing.equivalent(shared, ((MEMORY, 20 * GIB),), counters) == 250
@@ -297,3 +301,32 @@ def test_a_share_no_device_can_give_is_unschedulable_with_its_reason() -> None:
     reason = result.pending[job.key]
     assert reason.code == "unschedulable"
     assert "can give memory 81Gi" in reason.message
+
+
+def test_quotas_count_partitions_as_their_share_of_the_gpu() -> None:
+    """Nominal 1 GPU: seven 1g.10gb slices fit exactly, an eighth does not; the reason says
+    how much is used in GPU-equivalents."""
+    devices, counters = builders.partitioned_gpus("node-0", 2)
+    inventory = Inventory(
+        nodes={NodeName("node-0"): builders.node("node-0")},
+        devices={d.id: d for d in devices},
+        device_classes={builders.GPU: builders.GPU_CLASS},
+        counters=counters,
+    )
+    jobs = tuple(
+        builders.job(f"s{i}", selectors=(builders.profile_selector("1g.10gb"),), submitted_at=i)
+        for i in range(8)
+    )
+    snapshot = Snapshot(inventory=inventory, quotas=(builders.quota("team-a", 1),), pending=jobs)
+    result = cycle.run_cycle(snapshot=snapshot, policy=Policy(), now=0.0, matcher=DeviceMatcher())
+    assert len(result.admissions) == 7
+    assert all(a.borrowed == 0 for a in result.admissions)
+    reason = result.pending[JobKey("team-a/s7")]
+    assert reason.message.startswith("quota: tenant team-a uses 1/1 nominal")
+    assert "job needs 0.143 gpu" in reason.message
+    whole = builders.job("w", selectors=(builders.profile_selector("whole"),), submitted_at=-1)
+    half = Snapshot(
+        inventory=inventory, quotas=(builders.quota("team-a", 1),), pending=(whole, *jobs[:1])
+    )
+    result = cycle.run_cycle(snapshot=half, policy=Policy(), now=0.0, matcher=DeviceMatcher())
+    assert [a.job for a in result.admissions] == ["team-a/w"], "a whole GPU fills the quota"
