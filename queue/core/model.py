@@ -230,7 +230,7 @@ class PendingJob:
     @property
     def equivalent_milli(self) -> int | Fraction:
         """What the job counts for in quotas: GPU-equivalents in thousandths (rule 3)."""
-        return self.device_count * self.share_milli
+        return self.replicas * self.devices_per_replica * self.share_milli
 
 
 class Share(NamedTuple):

@@ -143,7 +143,7 @@ class Pool:
         self._consumers: dict[CounterSetId, list[Device]] = {}
         """Free devices per counter set they consume."""
         for device_id, device in inventory.devices.items():
-            if not device.is_plain:
+            if not self.partitioned and (device.consumes or device.multi):
                 self.partitioned = True
             if (
                 device_id in held
@@ -156,8 +156,9 @@ class Pool:
             self.free_by_node.setdefault(NodeName(device.node), []).append(device)
             self.free.add(device_id)
             self._free_ids[id(device)] = device_id
-            for set_id, _ in device.consumes:
-                self._consumers.setdefault(set_id, []).append(device)
+            if device.consumes:
+                for set_id, _ in device.consumes:
+                    self._consumers.setdefault(set_id, []).append(device)
         for devices in self.free_by_node.values():
             devices.sort(key=_by_name)
         self.free_by_node = dict(sorted(self.free_by_node.items()))
@@ -403,9 +404,13 @@ class Pool:
         if view is None:
             by_node: dict[NodeName, list[Device]] = {}
             ids, is_matching = self._free_ids, self._matching_of(key)
-            admits = self.admits
+            admits = self.admits if self.partitioned or key[2] else None
             for node, devices in self.free_by_node.items():
-                matching = [d for d in devices if is_matching(d, ids[id(d)]) and admits(key, d)]
+                matching = [
+                    d
+                    for d in devices
+                    if is_matching(d, ids[id(d)]) and (admits is None or admits(key, d))
+                ]
                 if matching:
                     by_node[node] = matching
             view = FreeView(by_node, domain_of=self.domain_of)
