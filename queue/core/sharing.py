@@ -67,8 +67,8 @@ def equivalent(
     device: Device, consumed: Consumed, counters: Mapping[CounterSetId, Mapping[str, int]]
 ) -> Equivalent:
     """GPU-equivalents (thousandths) one allocation counts for: a share is its largest fraction
-    of the device's capacity, a partition its largest fraction of each counter set it consumes,
-    a plain device one (at most one in any case)."""
+    of the device's capacity, a partition its largest fraction of each counter set it consumes
+    (counters of a single unit aside), a plain device one (at most one in any case)."""
     if device.multi:
         fractions = [
             Fraction(WHOLE * amount, device.capacity[name])
@@ -81,10 +81,13 @@ def equivalent(
     total = Fraction(0)
     for set_id, amounts in device.consumes:
         limits = counters.get(set_id, {})
+        # a counter of one unit says where a partition sits (NVIDIA's `memory-slice-N`), not
+        # how much of the GPU it takes: left out unless the set has no other
+        sized = {n: a for n, a in amounts.items() if limits.get(n, 0) > WHOLE} or amounts
         total += max(
             (
                 Fraction(WHOLE * amount, limits[name]) if limits.get(name, 0) > 0 else WHOLE
-                for name, amount in amounts.items()
+                for name, amount in sized.items()
             ),
             default=Fraction(0),
         )

@@ -7,6 +7,7 @@ and it enumerates every pair of devices of a node to say whether a placement exi
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -18,7 +19,13 @@ from hypothesis import strategies as st
 
 from gangq.queue.core import cycle, placement, sharing
 from gangq.queue.core.cel import DeviceMatcher
-from gangq.queue.core.device import CounterSetId, Device, DeviceId, RequestPolicy
+from gangq.queue.core.device import (
+    CounterSetId,
+    Device,
+    DeviceId,
+    RequestPolicy,
+    counter_set_id,
+)
 from gangq.queue.core.model import (
     Inventory,
     JobKey,
@@ -330,3 +337,22 @@ def test_quotas_count_partitions_as_their_share_of_the_gpu() -> None:
     )
     result = cycle.run_cycle(snapshot=half, policy=Policy(), now=0.0, matcher=DeviceMatcher())
     assert [a.job for a in result.admissions] == ["team-a/w"], "a whole GPU fills the quota"
+
+
+def test_single_unit_placement_counters_do_not_make_a_slice_a_whole_gpu() -> None:
+    """NVIDIA's driver adds one counter of value 1 per memory slice a MIG device sits on: they
+    say where, not how much."""
+    counter_set = counter_set_id(builders.DRIVER, "node-0", "gpu-0-counter-set")
+    counters = {
+        counter_set: {"multiprocessors": 132_000, "memory-slice-0": 1000, "memory-slice-1": 1000}
+    }
+    mig = Device(
+        driver=builders.DRIVER,
+        pool="node-0",
+        name="gpu-0-mig-19-0-1",
+        node="node-0",
+        consumes=((counter_set, {"multiprocessors": 16_000, "memory-slice-0": 1000}),),
+    )
+    assert sharing.equivalent(mig, (), counters) == Fraction(16 * 1000, 132)
+    only_slices = dataclasses.replace(mig, consumes=((counter_set, {"memory-slice-0": 1000}),))
+    assert sharing.equivalent(only_slices, (), counters) == 1000
