@@ -338,13 +338,18 @@ class GangShapeOut(Schema):
 
 
 class UsageOut(Schema):
+    """Counts in GPU-equivalents: a GPU published whole and as partitions is one, split between
+    the states by what its reserved or held partitions take (docs/partitions.md)."""
+
     device_class_name: str
-    total: int
-    free: int
-    reserved: int
-    held_by_others: int = Field(description="allocated by claims gangq did not make; never free")
-    unavailable: int = Field(description="tainted devices, NotReady or cordoned nodes")
-    largest_replica: int = Field(description="most free devices on one node")
+    total: int | float = Field(description="GPU-equivalents")
+    free: int | float
+    reserved: int | float
+    held_by_others: int | float = Field(
+        description="allocated by claims gangq did not make; never free"
+    )
+    unavailable: int | float = Field(description="tainted devices, NotReady or cordoned nodes")
+    largest_replica: int | float = Field(description="most free devices on one node")
     largest_placeable_gang: GangShapeOut = Field(
         description="whole-node replicas that could be placed now (CPU, memory and selectors aside)"
     )

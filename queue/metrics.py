@@ -91,7 +91,7 @@ def create_metrics() -> Metrics:
         ),
         devices=Gauge(
             "gangq_devices",
-            "Devices of a managed class by state.",
+            "Devices of a managed class by state, in GPU-equivalents (a partition its share).",
             ["device_class", "state"],
             registry=registry,
         ),
@@ -172,7 +172,7 @@ def record_admission(metrics: Metrics, tier: str, *, wait_seconds: float) -> Non
 
 
 def set_devices(
-    metrics: Metrics, device_class: str, *, free: int, reserved: int, held_by_others: int
+    metrics: Metrics, device_class: str, *, free: float, reserved: float, held_by_others: float
 ) -> None:
     for state, count in zip(DEVICE_STATES, (free, reserved, held_by_others), strict=True):
         metrics.devices.labels(device_class=device_class, state=state).set(count)
@@ -213,7 +213,7 @@ def observe_release_skew(metrics: Metrics, seconds: float) -> None:
     metrics.release_skew_seconds.observe(max(seconds, 0.0))
 
 
-def set_largest_placeable_gang(metrics: Metrics, device_class: str, *, devices: int) -> None:
+def set_largest_placeable_gang(metrics: Metrics, device_class: str, *, devices: float) -> None:
     metrics.largest_placeable_gang.labels(device_class=device_class).set(devices)
 
 

@@ -17,7 +17,7 @@ import builders
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gangq.queue.core import cycle, placement, sharing
+from gangq.queue.core import capacity, cycle, placement, sharing
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.device import (
     CounterSetId,
@@ -356,3 +356,24 @@ def test_single_unit_placement_counters_do_not_make_a_slice_a_whole_gpu() -> Non
     assert sharing.equivalent(mig, (), counters) == Fraction(16 * 1000, 132)
     only_slices = dataclasses.replace(mig, consumes=((counter_set, {"memory-slice-0": 1000}),))
     assert sharing.equivalent(only_slices, (), counters) == 1000
+
+
+def test_the_capacity_view_counts_a_partitioned_gpu_once_in_gpu_equivalents() -> None:
+    devices, counters = builders.partitioned_gpus("node-0", 2)
+    plain = builders.gpus("node-1", 2)
+    inventory = Inventory(
+        nodes={NodeName(n): builders.node(n) for n in ("node-0", "node-1")},
+        devices={d.id: d for d in [*devices, *plain]},
+        device_classes={builders.GPU: builders.GPU_CLASS},
+        counters=counters,
+    )
+    partition = DeviceId(f"{builders.DRIVER}/node-0/gpu-0-1g.10gb-0")
+    report = capacity.summarize(
+        inventory, frozenset({partition, builders.device_id("node-1", 0)}), matcher=DeviceMatcher()
+    )
+    usage = report.classes[builders.GPU]
+    assert usage.total == 4, "two partitioned GPUs and two plain ones"
+    assert usage.by_state["reserved"] == 1.143
+    assert usage.by_state["free"] == 2.857
+    assert report.nodes["node-0"][builders.GPU].largest_replica == 1.857
+    assert usage.whole_node_replicas == 0
