@@ -277,9 +277,16 @@ class TenantDetailOut(TenantOut):
 
 class QuotaIn(InputSchema):
     device_class_name: str = Field(min_length=1, max_length=253, pattern=NAME_PATTERN)
-    nominal: JsonInt = Field(ge=0, le=1_000_000, description="devices guaranteed to the tenant")
+    nominal: JsonInt = Field(
+        ge=0,
+        le=1_000_000,
+        description="GPU-equivalents guaranteed to the tenant (a partition counts its share)",
+    )
     borrowing_limit: JsonInt = Field(
-        default=0, ge=0, le=1_000_000, description="devices it may use above nominal while idle"
+        default=0,
+        ge=0,
+        le=1_000_000,
+        description="GPU-equivalents it may use above nominal while idle",
     )
     weight: JsonNumber = Field(
         default=1.0, gt=0, le=1000, allow_inf_nan=False, description="fair-share weight"

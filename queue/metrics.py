@@ -97,7 +97,7 @@ def create_metrics() -> Metrics:
         ),
         tenant_devices=Gauge(
             "gangq_tenant_devices",
-            "Devices a tenant uses within its nominal quota and borrowed above it.",
+            "GPU-equivalents a tenant uses within its nominal quota and borrowed above it.",
             ["tenant", "device_class", "kind"],
             registry=registry,
         ),
@@ -178,8 +178,10 @@ def set_devices(
         metrics.devices.labels(device_class=device_class, state=state).set(count)
 
 
-def set_tenant_devices(metrics: Metrics, usage: Mapping[tuple[str, str], tuple[int, int]]) -> None:
-    """`usage` maps (tenant, device class) to (devices within nominal, borrowed devices)."""
+def set_tenant_devices(
+    metrics: Metrics, usage: Mapping[tuple[str, str], tuple[float, float]]
+) -> None:
+    """`usage` maps (tenant, device class) to (GPU-equivalents within nominal, borrowed)."""
     metrics.tenant_devices.clear()
     for (tenant, device_class), counts in usage.items():
         for kind, count in zip(TENANT_DEVICE_KINDS, counts, strict=True):
