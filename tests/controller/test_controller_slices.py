@@ -8,7 +8,10 @@ import re
 import uuid
 from typing import Any
 
+import pytest
+
 from gangq.queue.kube import resources
+from gangq.queue.kube.client import KubeError
 from gangq.queue.kubesim import cluster
 from tests.controller.conftest import Harness, training_job, wait_for
 
@@ -168,3 +171,15 @@ async def test_slice_jobs_get_partitions_and_shares_never_overcommitted(harness:
     assert [r["device"] for r in _results(harness, f"{running}-0")] == ["gpu-1"]
     reason = await wait_for(lambda: (harness.job(waiting) or {}).get("status", {}).get("reason"))
     assert reason.startswith("capacity")
+
+
+async def test_the_crd_refuses_a_malformed_capacity_request(harness: Harness) -> None:
+    for requests, message in (
+        ({"memory": "ten gigs"}, "spec.capacity.requests.memory"),
+        ({"memory": "-1Gi"}, "spec.capacity.requests.memory"),
+        ({"GPU memory": "10Gi"}, "capacity names are C identifiers"),
+    ):
+        body = training_job("bad", capacity={"requests": requests}, replicas=1, devices=1)
+        with pytest.raises(KubeError, match=re.escape(message)) as refused:
+            await harness.kube.create(resources.TRAINING_JOBS, "ml-train", body)
+        assert refused.value.status == 422
