@@ -75,6 +75,8 @@ def pick_devices(
     if len(devices) < count:
         return None
     if not constraints:
+        if choose is first_devices:
+            return tuple(devices[:count])
         picked = choose(devices, count)
         return None if picked is None else tuple(picked)
     groups: dict[tuple[object, ...], list[Device]] = {}

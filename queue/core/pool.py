@@ -121,16 +121,14 @@ class Pool:
         only)."""
         self.inventory = inventory
         self.matcher = matcher
-        shared = {
-            share.device for job in running for replica in job.placement for share in replica.shares
-        }
-        held = {
-            device
-            for job in running
-            for replica in job.placement
-            for device in replica.devices
-            if device not in shared
-        }
+        held: set[DeviceId] = set()
+        shared: set[DeviceId] = set()
+        for job in running:
+            for replica in job.placement:
+                held.update(replica.devices)
+                if replica.shares:
+                    shared.update(share.device for share in replica.shares)
+        held -= shared
         self.free_by_node: dict[NodeName, list[Device]] = {}
         self.free: set[DeviceId] = set()
         self._free_ids: dict[int, DeviceId] = {}
@@ -142,9 +140,11 @@ class Pool:
         re-check the neighbours of what it takes."""
         self._consumers: dict[CounterSetId, list[Device]] = {}
         """Free devices per counter set they consume."""
+        partitioned = self.partitioned
         for device_id, device in inventory.devices.items():
-            if not self.partitioned and (device.consumes or device.multi):
-                self.partitioned = True
+            consumes = device.consumes
+            if consumes or device.multi:
+                partitioned = True
             if (
                 device_id in held
                 or device.node is None
@@ -156,9 +156,10 @@ class Pool:
             self.free_by_node.setdefault(NodeName(device.node), []).append(device)
             self.free.add(device_id)
             self._free_ids[id(device)] = device_id
-            if device.consumes:
-                for set_id, _ in device.consumes:
+            if consumes:
+                for set_id, _ in consumes:
                     self._consumers.setdefault(set_id, []).append(device)
+        self.partitioned = partitioned
         for devices in self.free_by_node.values():
             devices.sort(key=_by_name)
         self.free_by_node = dict(sorted(self.free_by_node.items()))
@@ -404,13 +405,13 @@ class Pool:
         if view is None:
             by_node: dict[NodeName, list[Device]] = {}
             ids, is_matching = self._free_ids, self._matching_of(key)
-            admits = self.admits if self.partitioned or key[2] else None
+            admits = self.admits
+            checked = self.partitioned or bool(key[2])
             for node, devices in self.free_by_node.items():
-                matching = [
-                    d
-                    for d in devices
-                    if is_matching(d, ids[id(d)]) and (admits is None or admits(key, d))
-                ]
+                if checked:
+                    matching = [d for d in devices if is_matching(d, ids[id(d)]) and admits(key, d)]
+                else:
+                    matching = [d for d in devices if is_matching(d, ids[id(d)])]
                 if matching:
                     by_node[node] = matching
             view = FreeView(by_node, domain_of=self.domain_of)
