@@ -186,6 +186,9 @@ class Pool:
         self._answers: dict[SelectorKey, dict[DeviceId, bool]] = {}
         self._held: dict[tuple[SelectorKey, str], tuple[Held, ...]] = {}
         self._estimates: dict[SelectorKey, sharing.Equivalent] = {}
+        self._holders: dict[CounterSetId, set[str]] = {}
+        """Who uses each counter set: gangs by key, `""` for claims gangq did not make and
+        admissions of this cycle."""
         if self.partitioned:
             self._charge_held(running)
 
@@ -199,13 +202,16 @@ class Pool:
                 for device_id in replica.devices:
                     if device_id in devices:
                         ledger.charge(devices[device_id], parts.get(device_id, ()))
+                        self._hold(devices[device_id], job.key)
         for device_id in self.inventory.held_by_others:
             if device_id in devices:
                 ledger.charge(devices[device_id], ())
+                self._hold(devices[device_id], "")
         whole: set[DeviceId] = set()
         for device_id, consumed in self.inventory.shared_by_others.items():
             if device_id in devices:
                 ledger.charge(devices[device_id], consumed)
+                self._hold(devices[device_id], "")
                 if not devices[device_id].multi:
                     whole.add(device_id)
         blocked = [
@@ -215,6 +221,10 @@ class Pool:
             if device.id in whole or not ledger.counters_fit(device)
         ]
         self._drop(blocked)
+
+    def _hold(self, device: Device, holder: str) -> None:
+        for set_id, _ in device.consumes:
+            self._holders.setdefault(set_id, set()).add(holder)
 
     def _drop(self, devices: Iterable[Device]) -> None:
         """No longer free for anyone (taken whole, or its counters have no room)."""
@@ -369,8 +379,50 @@ class Pool:
                 for replica in job.placement
                 if replica.node in self.headroom
             )
+            if self.partitioned:
+                held = self._with_unblocked(key, job, held)
             self._held[cache_key] = held
         return held
+
+    def _with_unblocked(
+        self, key: SelectorKey, job: RunningJob, held: tuple[Held, ...]
+    ) -> tuple[Held, ...]:
+        """Add to a gang's matching devices those only its partitions keep from being free:
+        devices whose every counter set the gang alone uses (nobody else, no admission of this
+        cycle). Its end frees them for sure; where several hold a GPU, none is credited."""
+        devices, is_matching, holders = (
+            self.inventory.devices,
+            self._matching_of(key),
+            self._holders,
+        )
+        mine = {job.key}
+        extra: dict[NodeName, list[Device]] = {}
+        seen: set[DeviceId] = set()
+        for replica in job.placement:
+            for device_id in replica.devices:
+                device = devices.get(device_id)
+                if device is None:
+                    continue
+                for set_id, _ in device.consumes:
+                    if holders.get(set_id) != mine:
+                        continue
+                    for other in self._consumers.get(set_id, ()):
+                        if (
+                            other.id in seen
+                            or other.id in self.free
+                            or other.multi
+                            or other.node is None
+                            or any(holders.get(s, mine) != mine for s, _ in other.consumes)
+                            or not is_matching(other, other.id)
+                        ):
+                            continue
+                        seen.add(other.id)
+                        extra.setdefault(NodeName(other.node), []).append(other)
+        if not extra:
+            return held
+        return tuple((node, (*matching, *extra.pop(node, ()))) for node, matching in held) + tuple(
+            (node, tuple(more)) for node, more in extra.items() if node in self.headroom
+        )
 
     def matching_count(self, key: SelectorKey, node: NodeName) -> int:
         """Untainted devices on the node that match `key`, free or not."""
@@ -479,6 +531,7 @@ class Pool:
             if device is None:
                 continue
             ledger.charge(device, consumed.get(device_id, ()))
+            self._hold(device, "")
             if device.multi:
                 affected[device_id] = device
             else:
@@ -488,6 +541,7 @@ class Pool:
                     affected[other.id] = other
         gone.extend(d for d in affected.values() if not ledger.counters_fit(d))
         self._drop(gone)
+        self._held.clear()
         for key, view in self._views.items():
             by_node: dict[NodeName, set[int]] = {}
             for device in affected.values():

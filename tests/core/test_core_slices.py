@@ -377,3 +377,53 @@ def test_the_capacity_view_counts_a_partitioned_gpu_once_in_gpu_equivalents() ->
     assert usage.by_state["free"] == 2.857
     assert report.nodes["node-0"][builders.GPU].largest_replica == 1.857
     assert usage.whole_node_replicas == 0
+
+
+def _holding(name: str, *devices: str, tier: str = "small") -> RunningJob:
+    return RunningJob(
+        key=JobKey(f"team-b/{name}"),
+        uid=name,
+        tenant=Tenant("team-b"),
+        tier=tier,
+        priority=0,
+        device_class=builders.GPU,
+        placement=(
+            ReplicaPlacement(
+                0,
+                NodeName("node-0"),
+                tuple(DeviceId(f"{builders.DRIVER}/node-0/{d}") for d in devices),
+            ),
+        ),
+        started_at=0.0,
+    )
+
+
+def test_a_slice_job_alone_on_a_gpu_is_a_victim_that_frees_the_whole_gpu() -> None:
+    """prod-inference needs the one whole GPU: evicting the slice job that alone breaks it
+    frees it; where two jobs share the GPU, neither alone would, and nobody is evicted."""
+    devices, counters = builders.partitioned_gpus("node-0", 1)
+    inventory = Inventory(
+        nodes={NodeName("node-0"): builders.node("node-0")},
+        devices={d.id: d for d in devices},
+        device_classes={builders.GPU: builders.GPU_CLASS},
+        counters=counters,
+    )
+    serving = builders.job(
+        "serve", tier="prod-inference", selectors=(builders.profile_selector("whole"),)
+    )
+    quotas = (builders.quota("team-a", 8), builders.quota("team-b", 8))
+    alone = Snapshot(
+        inventory=inventory,
+        quotas=quotas,
+        running=(_holding("small", "gpu-0-1g.10gb-0"),),
+        pending=(serving,),
+    )
+    result = cycle.run_cycle(snapshot=alone, policy=Policy(), now=1000.0, matcher=DeviceMatcher())
+    assert [v.job for p in result.preemptions for v in p.victims] == ["team-b/small"]
+    shared = replace(
+        alone,
+        running=(_holding("a", "gpu-0-1g.10gb-0"), _holding("b", "gpu-0-1g.10gb-1")),
+    )
+    result = cycle.run_cycle(snapshot=shared, policy=Policy(), now=1000.0, matcher=DeviceMatcher())
+    assert result.preemptions == ()
+    assert result.pending[serving.key].code == "capacity"
