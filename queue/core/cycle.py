@@ -14,7 +14,6 @@ back from the reclaimer in the next cycle, and reclaims would repeat forever.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import heapq
 import math
 
@@ -41,7 +40,6 @@ from gangq.queue.core.model import (
     Tenant,
     TopologyMode,
 )
-from gangq.queue.core.pool import Pool
 from gangq.queue.core.state import CycleState, Mask, Outcome, Room
 
 
@@ -58,7 +56,7 @@ def run_cycle(
     )
     pending = snapshot.pending
     if state.pool.partitioned:
-        pending = tuple(_weighed(job, pool=state.pool) for job in pending)
+        pending = tuple(state.pool.weighed(job) for job in pending)
     for job in pending:
         positive = job.replicas > 0 and job.devices_per_replica > 0
         keyless = not job.topology.key
@@ -96,13 +94,6 @@ def run_cycle(
         reservations=tuple(h.reservation for h in state.holds),
         order=tuple(state.order),
     )
-
-
-def _weighed(job: PendingJob, *, pool: Pool) -> PendingJob:
-    """The job with what each of its devices may count for in quotas: the most any matching
-    partition or share counts for, so a quota check before placement never under-counts."""
-    share = pool.share_estimate(placement.Shape.of(job).selector)
-    return job if share == job.share_milli else dataclasses.replace(job, share_milli=share)
 
 
 def _expect_owed(valid: list[PendingJob], *, state: CycleState) -> None:

@@ -8,6 +8,7 @@ from the snapshot each cycle; it decides nothing, it only answers and records.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
@@ -17,6 +18,7 @@ from gangq.queue.core.device import CounterSetId, Device, DeviceId
 from gangq.queue.core.model import (
     Inventory,
     NodeName,
+    PendingJob,
     PodRequirements,
     ReplicaPlacement,
     RunningJob,
@@ -294,6 +296,18 @@ class Pool:
         return sharing.placement_equivalent(
             placement, self.inventory.devices, self.inventory.counters
         )
+
+    def weigher(self) -> Callable[[RunningJob], sharing.Equivalent] | None:
+        """What a gang counts for in quotas (`QuotaBook`); None: every device is whole."""
+        if not self.partitioned:
+            return None
+        return lambda job: self.held_equivalent(job.placement)
+
+    def weighed(self, job: PendingJob) -> PendingJob:
+        """The job with what each of its devices may count for in quotas: the most any matching
+        partition or share counts for, so a quota check before placement never under-counts."""
+        share = self.share_estimate((job.device_class, job.selectors, job.capacity_requests))
+        return job if share == job.share_milli else dataclasses.replace(job, share_milli=share)
 
     def share_estimate(self, key: SelectorKey) -> sharing.Equivalent:
         """The most GPU-equivalents (thousandths) one device matching `key` may count for;

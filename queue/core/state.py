@@ -122,7 +122,7 @@ class CycleState:
         book = QuotaBook(
             quotas=snapshot.quotas,
             running=snapshot.running,
-            weigh=(lambda job: pool.held_equivalent(job.placement)) if pool.partitioned else None,
+            weigh=pool.weigher(),
         )
         tiers = {tier.name: tier for tier in policy.tiers}
         budget = preemption.SearchBudget(steps=policy.preemption_search_steps)

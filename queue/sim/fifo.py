@@ -40,12 +40,15 @@ class FifoPolicy:
         """Quota-refused jobs wait without blocking other tenants (a queue per tenant, as in
         Kueue); in strict mode a job that finds no placement blocks every job behind it."""
         pool = Pool(inventory=snapshot.inventory, running=snapshot.running, matcher=self.matcher)
-        book = quota.QuotaBook(quotas=snapshot.quotas, running=snapshot.running)
+        book = quota.QuotaBook(
+            quotas=snapshot.quotas, running=snapshot.running, weigh=pool.weigher()
+        )
         admissions: list[Admission] = []
         blocked_tenants: set[Tenant] = set()
-        for job in sorted(snapshot.pending, key=fifo_key):
-            if job.tenant in blocked_tenants:
+        for queued in sorted(snapshot.pending, key=fifo_key):
+            if queued.tenant in blocked_tenants:
                 continue
+            job = pool.weighed(queued) if pool.partitioned else queued
             if book.refusal(job) is not None:
                 if self.strict:
                     blocked_tenants.add(job.tenant)
@@ -57,10 +60,11 @@ class FifoPolicy:
                     break
                 continue
             replicas = placement.as_placement(choice, shape, pool)
-            borrowed = book.borrowed(job.tenant, job.device_class, job.equivalent_milli)
+            held = pool.held_equivalent(replicas) if pool.partitioned else job.equivalent_milli
+            borrowed = book.borrowed(job.tenant, job.device_class, held)
             for replica in replicas:
                 pool.take(replica.node, replica.devices, job.pod, shares=replica.shares)
-            book.charge(job.tenant, job.device_class, job.equivalent_milli)
+            book.charge(job.tenant, job.device_class, held)
             admissions.append(
                 Admission(
                     job=job.key, placement=replicas, borrowed=int(-(-borrowed // sharing.WHOLE))
