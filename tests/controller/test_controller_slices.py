@@ -183,3 +183,37 @@ async def test_the_crd_refuses_a_malformed_capacity_request(harness: Harness) ->
         with pytest.raises(KubeError, match=re.escape(message)) as refused:
             await harness.kube.create(resources.TRAINING_JOBS, "ml-train", body)
         assert refused.value.status == 422
+
+
+async def test_shares_of_a_device_never_exceed_its_capacity(harness: Harness) -> None:
+    partitioned = cluster.Inventory(nodes=1, node_prefix="part")
+    await harness.kube.create(resources.NODES, "", cluster.node(partitioned, 0))
+    for body in _slices():
+        await harness.kube.create(resources.RESOURCE_SLICES, "", body)
+    harness.start()
+    names = [f"share-{i}" for i in range(3)]
+    for name in names:
+        await harness.kube.create(
+            resources.TRAINING_JOBS,
+            "ml-train",
+            training_job(
+                name,
+                selectors=_profile("shared"),
+                capacity={"requests": {"memory": "35Gi"}},
+                replicas=1,
+                devices=1,
+                run_seconds=None,
+                tier="small",
+            ),
+        )
+    # 35Gi rounds up to 40Gi (validRange step 10Gi): two shares fill the 80Gi device
+    await wait_for(
+        lambda: sorted(str(harness.phase(n)) for n in names) == ["Queued", "Running", "Running"]
+    )
+    running = [n for n in names if harness.phase(n) == "Running"]
+    shares = [_results(harness, f"{n}-0")[0] for n in running]
+    assert [s["consumedCapacity"] for s in shares] == [{"memory": "40Gi"}] * 2
+    assert shares[0]["shareID"] != shares[1]["shareID"]
+    waiting = next(n for n in names if harness.phase(n) == "Queued")
+    reason = await wait_for(lambda: (harness.job(waiting) or {}).get("status", {}).get("reason"))
+    assert reason.startswith("capacity")
