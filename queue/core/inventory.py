@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from gangq.queue.core import quantity
 from gangq.queue.core.device import (
@@ -34,6 +34,8 @@ from gangq.queue.core.model import (
     Taint,
     Toleration,
 )
+
+SliceT = TypeVar("SliceT", bound=Mapping[str, Any])
 
 JOB_NAME_LABEL = "gangq.dev/job-name"
 """Pods and ResourceClaims carrying this label belong to gangq jobs (PRODUCT §5)."""
@@ -210,6 +212,31 @@ def with_pod_usage(
     return used
 
 
+def _pool_of(resource_slice: Mapping[str, Any]) -> tuple[tuple[object, object], object]:
+    """((driver, pool name), generation) of a slice."""
+    spec = resource_slice.get("spec") or {}
+    pool = spec.get("pool") or {}
+    return (spec.get("driver"), pool.get("name")), pool.get("generation")
+
+
+def current_slices(slices: Iterable[SliceT]) -> list[SliceT]:
+    """The slices of each pool's newest generation: while a driver republishes a pool, slices
+    of the old generation may linger, and DRA says only the newest counts (a device or a
+    counter set would otherwise be read from either generation)."""
+    kept = list(slices)
+    newest: dict[tuple[object, object], int] = {}
+    for resource_slice in kept:
+        key, generation = _pool_of(resource_slice)
+        if isinstance(generation, int):
+            newest[key] = max(newest.get(key, generation), generation)
+    current = []
+    for resource_slice in kept:
+        key, generation = _pool_of(resource_slice)
+        if not isinstance(generation, int) or generation == newest[key]:
+            current.append(resource_slice)
+    return current
+
+
 def devices_by_id(slices: Iterable[Mapping[str, Any]]) -> dict[DeviceId, Device]:
     return {device.id: device for s in slices for device in devices_from_slice(s)}
 
@@ -263,7 +290,7 @@ def build_inventory(
 ) -> Inventory:
     """The inventory the cycle reads; devices held by claims gangq did not make are never free."""
     node_map = {node.name: node for node in (node_from_dict(n) for n in nodes)}
-    slices, claims = list(slices), list(claims)
+    slices, claims = current_slices(slices), list(claims)
     return Inventory(
         nodes=with_pod_usage(node_map, pods),
         devices=devices_by_id(slices),

@@ -121,3 +121,17 @@ def test_shares_are_rounded_and_bounded_by_the_capacity() -> None:
     assert [s.consumed for s in shares] == 2 * [
         ((f"{DRIVER}/memory", 25 * GI), (f"{DRIVER}/multiprocessors", 33_000))
     ]
+
+
+def test_only_the_newest_generation_of_a_pool_counts() -> None:
+    """While a driver republishes a pool, the old generation's slices may linger."""
+    old = _stored("10-05-resourceslice-devices-consuming-counters-201")
+    new = json.loads(json.dumps(old))
+    new["metadata"]["name"] = "part-0-devices-2"
+    new["spec"]["pool"]["generation"] = 2
+    new["spec"]["devices"] = new["spec"]["devices"][:2]
+    counters = _stored("10-04-resourceslice-counters-only-201")
+    counters["spec"]["pool"]["generation"] = 2
+    inventory = build_inventory(slices=[old, new, counters], nodes=[_node("part-0")])
+    assert sorted(d.name for d in inventory.devices.values()) == ["gpu-0", "gpu-1"]
+    assert len(inventory.counters) == 2
