@@ -281,9 +281,16 @@ class TenantDetailOut(TenantOut):
 
 class QuotaIn(InputSchema):
     device_class_name: str = Field(min_length=1, max_length=253, pattern=NAME_PATTERN)
-    nominal: JsonInt = Field(ge=0, le=1_000_000, description="devices guaranteed to the tenant")
+    nominal: JsonInt = Field(
+        ge=0,
+        le=1_000_000,
+        description="GPU-equivalents guaranteed to the tenant (a partition counts its share)",
+    )
     borrowing_limit: JsonInt = Field(
-        default=0, ge=0, le=1_000_000, description="devices it may use above nominal while idle"
+        default=0,
+        ge=0,
+        le=1_000_000,
+        description="GPU-equivalents it may use above nominal while idle",
     )
     weight: JsonNumber = Field(
         default=1.0, gt=0, le=1000, allow_inf_nan=False, description="fair-share weight"
@@ -342,13 +349,18 @@ class GangShapeOut(Schema):
 
 
 class UsageOut(Schema):
+    """Counts in GPU-equivalents: a GPU published whole and as partitions is one, split between
+    the states by what its reserved or held partitions take (docs/partitions.md)."""
+
     device_class_name: str
-    total: int
-    free: int
-    reserved: int
-    held_by_others: int = Field(description="allocated by claims gangq did not make; never free")
-    unavailable: int = Field(description="tainted devices, NotReady or cordoned nodes")
-    largest_replica: int = Field(description="most free devices on one node")
+    total: int | float = Field(description="GPU-equivalents")
+    free: int | float
+    reserved: int | float
+    held_by_others: int | float = Field(
+        description="allocated by claims gangq did not make; never free"
+    )
+    unavailable: int | float = Field(description="tainted devices, NotReady or cordoned nodes")
+    largest_replica: int | float = Field(description="most free devices on one node")
     largest_placeable_gang: GangShapeOut = Field(
         description="whole-node replicas that could be placed now (CPU, memory and selectors aside)"
     )

@@ -91,13 +91,13 @@ def create_metrics() -> Metrics:
         ),
         devices=Gauge(
             "gangq_devices",
-            "Devices of a managed class by state.",
+            "Devices of a managed class by state, in GPU-equivalents (a partition its share).",
             ["device_class", "state"],
             registry=registry,
         ),
         tenant_devices=Gauge(
             "gangq_tenant_devices",
-            "Devices a tenant uses within its nominal quota and borrowed above it.",
+            "GPU-equivalents a tenant uses within its nominal quota and borrowed above it.",
             ["tenant", "device_class", "kind"],
             registry=registry,
         ),
@@ -172,14 +172,16 @@ def record_admission(metrics: Metrics, tier: str, *, wait_seconds: float) -> Non
 
 
 def set_devices(
-    metrics: Metrics, device_class: str, *, free: int, reserved: int, held_by_others: int
+    metrics: Metrics, device_class: str, *, free: float, reserved: float, held_by_others: float
 ) -> None:
     for state, count in zip(DEVICE_STATES, (free, reserved, held_by_others), strict=True):
         metrics.devices.labels(device_class=device_class, state=state).set(count)
 
 
-def set_tenant_devices(metrics: Metrics, usage: Mapping[tuple[str, str], tuple[int, int]]) -> None:
-    """`usage` maps (tenant, device class) to (devices within nominal, borrowed devices)."""
+def set_tenant_devices(
+    metrics: Metrics, usage: Mapping[tuple[str, str], tuple[float, float]]
+) -> None:
+    """`usage` maps (tenant, device class) to (GPU-equivalents within nominal, borrowed)."""
     metrics.tenant_devices.clear()
     for (tenant, device_class), counts in usage.items():
         for kind, count in zip(TENANT_DEVICE_KINDS, counts, strict=True):
@@ -213,7 +215,7 @@ def observe_release_skew(metrics: Metrics, seconds: float) -> None:
     metrics.release_skew_seconds.observe(max(seconds, 0.0))
 
 
-def set_largest_placeable_gang(metrics: Metrics, device_class: str, *, devices: int) -> None:
+def set_largest_placeable_gang(metrics: Metrics, device_class: str, *, devices: float) -> None:
     metrics.largest_placeable_gang.labels(device_class=device_class).set(devices)
 
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from gangq.queue.core.device import Device, DeviceId, DeviceTaint
+from gangq.queue.core.device import (
+    CounterSetId,
+    Device,
+    DeviceId,
+    DeviceTaint,
+    RequestPolicy,
+    counter_set_id,
+)
 from gangq.queue.core.model import (
     DeviceClass,
     Inventory,
@@ -190,3 +197,66 @@ def quota(
         weight=weight,
         allowed_tiers=tuple(allowed_tiers),
     )
+
+
+PROFILE = f"{DRIVER}/profile"
+"""Attribute naming what a device is: `whole`, a partition profile or `shared`."""
+PARTITIONS = {"1g.10gb": (10, 1, 7), "3g.40gb": (40, 3, 2)}
+"""Profile -> (memory GiB, compute slices, partitions per GPU) of a 7-slice 80 GiB GPU."""
+GIB_MILLI = 2**30 * 1000
+
+
+def profile_selector(profile: str) -> str:
+    return f'device.attributes["{DRIVER}"].profile == "{profile}"'
+
+
+def partitioned_gpus(
+    node_name: str, count: int = 2
+) -> tuple[list[Device], dict[CounterSetId, dict[str, int]]]:
+    """`count` GPUs of 7 compute slices and 80 GiB, each published whole and as 1g.10gb and
+    3g.40gb partitions consuming the GPU's counter set, as NVIDIA's driver publishes MIG."""
+    devices: list[Device] = []
+    counters: dict[CounterSetId, dict[str, int]] = {}
+    for index in range(count):
+        counter_set = counter_set_id(DRIVER, node_name, f"gpu-{index}-cs")
+        counters[counter_set] = {"memory": 80 * GIB_MILLI, "slices": 7_000}
+        shapes = [("whole", f"gpu-{index}", 80, 7)] + [
+            (profile, f"gpu-{index}-{profile}-{part}", memory, slices)
+            for profile, (memory, slices, parts) in PARTITIONS.items()
+            for part in range(parts)
+        ]
+        for profile, name, memory, slices in shapes:
+            devices.append(
+                Device(
+                    driver=DRIVER,
+                    pool=node_name,
+                    name=name,
+                    node=node_name,
+                    attributes={PROFILE: profile},
+                    capacity={f"{DRIVER}/memory": memory * GIB_MILLI},
+                    consumes=(
+                        (counter_set, {"memory": memory * GIB_MILLI, "slices": slices * 1000}),
+                    ),
+                )
+            )
+    return devices, counters
+
+
+def shared_gpus(node_name: str, count: int = 1) -> list[Device]:
+    """Multi-allocatable GPUs of 80 GiB: shares of 1 GiB steps, 10 GiB by default."""
+    policy = RequestPolicy(
+        default=10 * GIB_MILLI, min=GIB_MILLI, max=80 * GIB_MILLI, step=GIB_MILLI
+    )
+    return [
+        Device(
+            driver=DRIVER,
+            pool=node_name,
+            name=f"shared-{index}",
+            node=node_name,
+            attributes={PROFILE: "shared"},
+            capacity={f"{DRIVER}/memory": 80 * GIB_MILLI},
+            multi=True,
+            policies={f"{DRIVER}/memory": policy},
+        )
+        for index in range(count)
+    ]

@@ -1,4 +1,5 @@
-"""`gangq usage`: device-hours per tenant, tier and device class (a chargeback report)."""
+"""`gangq usage`: device-hours per tenant, tier and device class (a chargeback report); a
+partition or share counts as its GPU-equivalent (docs/partitions.md)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,10 @@ def parse_duration(text: str) -> float:
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("usage", help="device-hours by tenant, tier and device class")
+    parser = subparsers.add_parser(
+        "usage",
+        help="device-hours (GPU-equivalents) by tenant, tier and device class",
+    )
     parser.add_argument("--tenant", help="only this tenant")
     parser.add_argument("--since", default="30d", help="window length back from now (default 30d)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

@@ -2,22 +2,28 @@
 
 Owns the counting: each device of a class is reserved (by gangq), held by others, unavailable
 (tainted device, NotReady or cordoned node) or free, and the largest gang of whole-node replicas
-that the free devices allow now. It reads an inventory and the reserved set it is handed; it
-must not decide admissions (CPU, memory and job selectors are the cycle's business).
+that the free devices allow now. Counts are GPU-equivalents: the devices consuming one counter
+set (a GPU published whole and as partitions) count as one GPU, split between the states by the
+equivalents of the members reserved or held (module `sharing`); a plain device counts one. It
+reads an inventory and the reserved set it is handed; it must not decide admissions (CPU,
+memory and job selectors are the cycle's business).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from gangq.queue.core import model
+from gangq.queue.core import model, sharing
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.device import Device, DeviceId
 
 STATES = ("free", "reserved", "held_by_others", "unavailable")
+Amount = int | float
+"""GPU-equivalents: an integer where whole (always, without partitions), else 3 decimals."""
+Tally = dict[str, sharing.Equivalent]
+"""State -> GPU-equivalents in thousandths, of one node."""
 
 
 class ClusterView(Protocol):
@@ -40,9 +46,9 @@ class FixedClusterView:
 class Usage:
     """Device counts of one class in one scope (whole cluster, one node or one domain)."""
 
-    total: int
-    by_state: Mapping[str, int]
-    largest_replica: int
+    total: Amount
+    by_state: Mapping[str, Amount]
+    largest_replica: Amount
     """Most free devices on a single node."""
     whole_node_replicas: int
     """Nodes whose every device of the class is free."""
@@ -74,16 +80,25 @@ def _state(device: Device, inventory: model.Inventory, *, reserved: frozenset[De
     return "free"
 
 
-def _usage(per_node: Mapping[str, Counter[str]], *, devices_per_node: int) -> Usage:
-    by_state: Counter[str] = Counter()
+def _amount(milli: sharing.Equivalent) -> Amount:
+    if milli % sharing.WHOLE == 0:
+        return int(milli // sharing.WHOLE)
+    return round(float(milli) / sharing.WHOLE, 3)
+
+
+def _usage(per_node: Mapping[str, Tally], *, devices_per_node: int) -> Usage:
+    by_state: Tally = dict.fromkeys(STATES, 0)
     for counts in per_node.values():
-        by_state.update(counts)
+        for state, amount in counts.items():
+            by_state[state] += amount
     return Usage(
-        total=sum(by_state.values()),
-        by_state={state: by_state[state] for state in STATES},
-        largest_replica=max((c["free"] for c in per_node.values()), default=0),
+        total=_amount(sum(by_state.values())),
+        by_state={state: _amount(by_state[state]) for state in STATES},
+        largest_replica=_amount(max((c.get("free", 0) for c in per_node.values()), default=0)),
         whole_node_replicas=sum(
-            1 for c in per_node.values() if c["free"] == devices_per_node and devices_per_node > 0
+            1
+            for c in per_node.values()
+            if c.get("free", 0) == devices_per_node * sharing.WHOLE and devices_per_node > 0
         ),
         devices_per_node=devices_per_node,
     )
@@ -100,16 +115,22 @@ def summarize_states(
     inventory: model.Inventory, device_states: Mapping[str, list[tuple[Device, str]]]
 ) -> CapacityReport:
     """`summarize` of states already found (a caller that also draws each device)."""
-    counts: dict[str, dict[str, Counter[str]]] = {}
+    counts: dict[str, dict[str, Tally]] = {}
     for class_name, states in device_states.items():
-        counted = counts.setdefault(class_name, {})
+        per_node = counts.setdefault(class_name, {})
+        groups: dict[str, list[tuple[Device, str]]] = {}
         for device, state in states:
-            counted.setdefault(device.node or "", Counter())[state] += 1
+            group = device.consumes[0][0] if device.consumes else device.id
+            groups.setdefault(group, []).append((device, state))
+        for group_states in groups.values():
+            counted = per_node.setdefault(group_states[0][0].node or "", {})
+            for state, amount in _split(group_states, inventory):
+                counted[state] = counted.get(state, 0) + amount
     classes: dict[str, Usage] = {}
     nodes: dict[str, dict[str, Usage]] = {}
     domains: dict[tuple[str, str], dict[str, Usage]] = {}
     for class_name, per_node in counts.items():
-        size = max((sum(c.values()) for c in per_node.values()), default=0)
+        size = int(max((sum(c.values()) for c in per_node.values()), default=0) // sharing.WHOLE)
         classes[class_name] = _usage(per_node, devices_per_node=size)
         for node_name, node_counts in per_node.items():
             nodes.setdefault(node_name, {})[class_name] = _usage(
@@ -133,6 +154,26 @@ def device_states(
     }
 
 
+def _split(
+    members: list[tuple[Device, str]], inventory: model.Inventory
+) -> list[tuple[str, sharing.Equivalent]]:
+    """One GPU (a plain device, or the devices consuming one counter set) between the states:
+    what reserved and held members take of it, the rest free or unavailable."""
+    if len(members) == 1 and not members[0][0].consumes:
+        return [(members[0][1], sharing.WHOLE)]
+    taken: dict[str, sharing.Equivalent] = {"reserved": 0, "held_by_others": 0}
+    left: sharing.Equivalent = sharing.WHOLE
+    usable = False
+    for device, state in members:
+        if state in taken:
+            share = min(left, sharing.equivalent(device, (), inventory.counters))
+            taken[state] += share
+            left -= share
+        usable = usable or state == "free"
+    rest = "free" if usable else "unavailable"
+    return [*taken.items(), (rest, left)]
+
+
 def _members(
     devices: Iterable[Device], device_class: model.DeviceClass, *, matcher: DeviceMatcher
 ) -> Iterable[Device]:
@@ -140,9 +181,9 @@ def _members(
 
 
 def _domains(
-    inventory: model.Inventory, per_node: Mapping[str, Counter[str]]
-) -> dict[tuple[str, str], dict[str, Counter[str]]]:
-    grouped: dict[tuple[str, str], dict[str, Counter[str]]] = {}
+    inventory: model.Inventory, per_node: Mapping[str, Tally]
+) -> dict[tuple[str, str], dict[str, Tally]]:
+    grouped: dict[tuple[str, str], dict[str, Tally]] = {}
     for node_name, node_counts in per_node.items():
         node = inventory.nodes.get(model.NodeName(node_name))
         if node is None:

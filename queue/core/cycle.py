@@ -17,7 +17,15 @@ import bisect
 import heapq
 import math
 
-from gangq.queue.core import backfill, explain, feasibility, ordering, placement, preemptor
+from gangq.queue.core import (
+    backfill,
+    explain,
+    feasibility,
+    ordering,
+    placement,
+    preemptor,
+    sharing,
+)
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.device import DeviceId
 from gangq.queue.core.model import (
@@ -46,7 +54,10 @@ def run_cycle(
     never_fit = feasibility.NeverFit(
         pool=state.pool, book=state.book, tiers=state.tiers, running=snapshot.running
     )
-    for job in snapshot.pending:
+    pending = snapshot.pending
+    if state.pool.partitioned:
+        pending = tuple(state.pool.weighed(job) for job in pending)
+    for job in pending:
         positive = job.replicas > 0 and job.devices_per_replica > 0
         keyless = not job.topology.key
         kind = (job.tier, job.device_class, job.selectors, job.topology.mode, keyless, positive)
@@ -90,14 +101,14 @@ def _expect_owed(valid: list[PendingJob], *, state: CycleState) -> None:
     does not change while this runs, so jobs alike in tenant, class, tier and size share one
     answer."""
     book = state.book
-    counts: dict[tuple[str, str, str, int], bool] = {}
+    counts: dict[tuple[str, str, str, sharing.Equivalent], bool] = {}
 
     def is_owed(job: PendingJob) -> bool:
-        kind = (job.tenant, job.device_class, job.tier, job.device_count)
+        kind = (job.tenant, job.device_class, job.tier, job.equivalent_milli)
         counted = counts.get(kind)
         if counted is None:
             counted = counts[kind] = book.refusal(job) is None and book.is_within_nominal(
-                job.tenant, job.device_class, job.device_count
+                job.tenant, job.device_class, job.equivalent_milli
             )
         return counted
 
@@ -144,7 +155,7 @@ def _decide(job: PendingJob, *, state: CycleState) -> None:
         state.pending[job.key] = refusal
         return
     shape = placement.Shape.of(job)
-    may_reclaim = state.book.is_within_nominal(job.tenant, job.device_class, job.device_count)
+    may_reclaim = state.book.is_within_nominal(job.tenant, job.device_class, job.equivalent_milli)
     mask = _holds_for(job, state=state)
     fence = None
     if not may_reclaim and state.owed.to_others(job.tenant, job.device_class):
@@ -290,12 +301,15 @@ def _place(
 
 
 def _admit(job: PendingJob, choice: placement.Choice, *, state: CycleState) -> None:
-    result = placement.as_placement(choice)
-    borrowed = state.book.borrowed(job.tenant, job.device_class, job.device_count)
-    state.book.charge(job.tenant, job.device_class, job.device_count)
+    pool = state.pool
+    result = placement.as_placement(choice, placement.Shape.of(job), pool)
+    held = pool.held_equivalent(result) if pool.partitioned else job.equivalent_milli
+    # whole devices above nominal, a started one counting whole (what `jobs.borrowed` holds)
+    borrowed = int(-(-state.book.borrowed(job.tenant, job.device_class, held) // sharing.WHOLE))
+    state.book.charge(job.tenant, job.device_class, held)
     state.owed.settle(job)
     for replica in result:
-        state.pool.take(replica.node, replica.devices, job.pod)
+        state.pool.take(replica.node, replica.devices, job.pod, shares=replica.shares)
         state.touched_nodes.add(replica.node)
     state.admissions.append(Admission(job=job.key, placement=result, borrowed=borrowed))
     end = _job_end(job, state=state)

@@ -101,8 +101,9 @@ def tier_not_allowed(*, tenant: str, tier: str, allowed: tuple[str, ...]) -> Pen
 
 
 def quota_exceeded(
-    *, tenant: str, used: int, nominal: int, borrowing_limit: int, needed: int, device_class: str
+    *, tenant: str, used: str, nominal: int, borrowing_limit: int, needed: str, device_class: str
 ) -> PendingReason:
+    """`used` and `needed` are GPU-equivalents as `sharing.format_equivalent` writes them."""
     return PendingReason(
         ReasonCode.QUOTA,
         f"quota: tenant {tenant} uses {used}/{nominal} nominal, borrowing limit "

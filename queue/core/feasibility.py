@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 
-from gangq.queue.core import explain, fit, placement
+from gangq.queue.core import explain, fit, placement, quantity, sharing
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.errors import SelectorError
 from gangq.queue.core.model import (
@@ -109,6 +109,7 @@ class NeverFit:
         kind = (
             job.device_class,
             job.selectors,
+            job.capacity_requests,
             job.replicas,
             job.devices_per_replica,
             job.constraints,
@@ -139,9 +140,10 @@ class NeverFit:
                 f"(allowed: {', '.join(quota.allowed_tiers)}): use an allowed tier"
             )
         limit = quota.nominal + quota.borrowing_limit
-        if job.device_count > limit:
+        if job.equivalent_milli > limit * sharing.WHOLE:
+            needed = sharing.format_equivalent(job.equivalent_milli)
             return explain.unschedulable(
-                f"needs {job.device_count} {job.device_class}, more than tenant {job.tenant} "
+                f"needs {needed} {job.device_class}, more than tenant {job.tenant} "
                 f"may ever use (nominal {quota.nominal} + borrowing limit "
                 f"{quota.borrowing_limit} = {limit}): ask for fewer devices or a larger quota"
             )
@@ -151,7 +153,7 @@ class NeverFit:
         self, shape: placement.Shape, *, tiers: Lasting
     ) -> explain.PendingReason | None:
         key = shape.selector
-        device_class, selectors = key
+        device_class, selectors, _ = key
         pool = self._pool
         if device_class not in pool.inventory.device_classes:
             return explain.unschedulable(
@@ -168,6 +170,13 @@ class NeverFit:
         per_node, most = self._matching(key)
         if not per_node:
             return self._nothing_matches(key)
+        if key[2] and not self._serves(key):
+            asked = ", ".join(f"{name} {quantity.format_milli(amount)}" for name, amount in key[2])
+            return explain.unschedulable(
+                f"no {device_class} device matching the job's selectors can give {asked} "
+                "(too little capacity, or its request policy allows no such share): change "
+                "spec.capacity.requests"
+            )
         count = shape.devices_per_replica
         if most < count:
             which = " matching the selectors" if selectors else ""
@@ -203,7 +212,7 @@ class NeverFit:
         found = self._per_node.get(key)
         if found is None:
             inventory = self._pool.inventory
-            device_class, selectors = key
+            device_class, selectors, _ = key
             expressions = (*inventory.device_classes[device_class].selectors, *selectors)
             per_node = self._pool.matcher.count_by_node(expressions, inventory.devices)
             found = self._per_node[key] = (per_node, max(per_node.values(), default=0))
@@ -258,8 +267,16 @@ class NeverFit:
                     found[node] = found.get(node, 0) + count
         return found
 
+    def _serves(self, key: SelectorKey) -> bool:
+        """Some matching device could ever give the capacity the job requests."""
+        pool = self._pool
+        return any(
+            sharing.consumption(device, key[2]) is not None and pool.is_matching(key, device)
+            for device in pool.inventory.devices.values()
+        )
+
     def _nothing_matches(self, key: SelectorKey) -> explain.PendingReason:
-        device_class, selectors = key
+        device_class, selectors, _ = key
         class_selectors = self._pool.inventory.device_classes[device_class].selectors
         errors = self._pool.matcher.runtime_errors
         for expression in (*selectors, *class_selectors):
@@ -269,7 +286,7 @@ class NeverFit:
                     f"CEL selector {expression!r} fails to evaluate: {errors[expression]}: "
                     f"fix {where}"
                 )
-        if selectors and self._pool.capable_nodes((device_class, ()), 1):
+        if selectors and self._pool.capable_nodes((device_class, (), ()), 1):
             return explain.unschedulable(
                 f"no {device_class} device matches the job's selectors: change spec.selectors"
             )

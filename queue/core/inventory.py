@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from gangq.queue.core import quantity
-from gangq.queue.core.device import Device, DeviceId, device_id, devices_from_slice
+from gangq.queue.core.device import (
+    CounterSetId,
+    Device,
+    DeviceId,
+    counters_from_slice,
+    device_id,
+    devices_from_slice,
+    qualify,
+)
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.core.model import (
     DeviceClass,
@@ -26,6 +34,8 @@ from gangq.queue.core.model import (
     Taint,
     Toleration,
 )
+
+SliceT = TypeVar("SliceT", bound=Mapping[str, Any])
 
 JOB_NAME_LABEL = "gangq.dev/job-name"
 """Pods and ResourceClaims carrying this label belong to gangq jobs (PRODUCT §5)."""
@@ -149,9 +159,14 @@ def device_class_from_dict(device_class: Mapping[str, Any]) -> DeviceClass:
 
 def claim_devices(claim: Mapping[str, Any]) -> list[DeviceId]:
     """Devices an allocated ResourceClaim holds (`status.allocation.devices.results`)."""
+    return [device for device, _ in claim_results(claim)]
+
+
+def claim_results(claim: Mapping[str, Any]) -> list[tuple[DeviceId, Mapping[str, Any] | None]]:
+    """Each allocated device with its `consumedCapacity` (None: the device is held whole)."""
     allocation = (claim.get("status") or {}).get("allocation") or {}
     results = (allocation.get("devices") or {}).get("results") or []
-    devices = []
+    devices: list[tuple[DeviceId, Mapping[str, Any] | None]] = []
     for result in results:
         driver, pool, device = (result.get(k) for k in ("driver", "pool", "device"))
         if not (isinstance(driver, str) and isinstance(pool, str) and isinstance(device, str)):
@@ -159,7 +174,10 @@ def claim_devices(claim: Mapping[str, Any]) -> list[DeviceId]:
                 f"ResourceClaim {_name(claim)}: every allocation result needs driver, pool "
                 f"and device, got {dict(result)!r}"
             )
-        devices.append(device_id(driver, pool, device))
+        consumed = result.get("consumedCapacity")
+        devices.append(
+            (device_id(driver, pool, device), consumed if isinstance(consumed, Mapping) else None)
+        )
     return devices
 
 
@@ -194,15 +212,71 @@ def with_pod_usage(
     return used
 
 
+def _pool_of(resource_slice: Mapping[str, Any]) -> tuple[tuple[object, object], object]:
+    """((driver, pool name), generation) of a slice."""
+    spec = resource_slice.get("spec") or {}
+    pool = spec.get("pool") or {}
+    return (spec.get("driver"), pool.get("name")), pool.get("generation")
+
+
+def current_slices(slices: Iterable[SliceT]) -> list[SliceT]:
+    """The slices of each pool's newest generation: while a driver republishes a pool, slices
+    of the old generation may linger, and DRA says only the newest counts (a device or a
+    counter set would otherwise be read from either generation)."""
+    kept = list(slices)
+    newest: dict[tuple[object, object], int] = {}
+    for resource_slice in kept:
+        key, generation = _pool_of(resource_slice)
+        if isinstance(generation, int):
+            newest[key] = max(newest.get(key, generation), generation)
+    current = []
+    for resource_slice in kept:
+        key, generation = _pool_of(resource_slice)
+        if not isinstance(generation, int) or generation == newest[key]:
+            current.append(resource_slice)
+    return current
+
+
 def devices_by_id(slices: Iterable[Mapping[str, Any]]) -> dict[DeviceId, Device]:
     return {device.id: device for s in slices for device in devices_from_slice(s)}
 
 
 def held_by_others(claims: Iterable[Mapping[str, Any]]) -> frozenset[DeviceId]:
-    """Devices allocated by claims gangq did not make: never free for gangq."""
+    """Devices allocated whole by claims gangq did not make: never free for gangq."""
     return frozenset(
-        device for claim in claims if not is_gangq_object(claim) for device in claim_devices(claim)
+        device
+        for claim in claims
+        if not is_gangq_object(claim)
+        for device, consumed in claim_results(claim)
+        if consumed is None
     )
+
+
+def shared_by_others(
+    claims: Iterable[Mapping[str, Any]],
+) -> dict[DeviceId, tuple[tuple[str, int], ...]]:
+    """Capacity that claims gangq did not make consume (`consumedCapacity`), summed per device.
+    On a device that is not multi-allocatable such a result still holds the device whole."""
+    summed: dict[DeviceId, dict[str, int]] = {}
+    for claim in claims:
+        if is_gangq_object(claim):
+            continue
+        owner = f"ResourceClaim {_name(claim)}"
+        for device, consumed in claim_results(claim):
+            if consumed is None:
+                continue
+            driver = device.partition("/")[0]
+            used = summed.setdefault(device, {})
+            for name, value in consumed.items():
+                qualified = qualify(str(name), driver=driver)
+                amount = _quantity(value, what=f"consumedCapacity {name}", owner=owner)
+                used[qualified] = used.get(qualified, 0) + amount
+    return {device: tuple(sorted(used.items())) for device, used in summed.items()}
+
+
+def counters_by_set(slices: Iterable[Mapping[str, Any]]) -> dict[CounterSetId, dict[str, int]]:
+    """Every counter set of every pool, whichever slice of the pool declares it."""
+    return {set_id: counters for s in slices for set_id, counters in counters_from_slice(s).items()}
 
 
 def build_inventory(
@@ -216,10 +290,13 @@ def build_inventory(
 ) -> Inventory:
     """The inventory the cycle reads; devices held by claims gangq did not make are never free."""
     node_map = {node.name: node for node in (node_from_dict(n) for n in nodes)}
+    slices, claims = current_slices(slices), list(claims)
     return Inventory(
         nodes=with_pod_usage(node_map, pods),
         devices=devices_by_id(slices),
         device_classes={dc.name: dc for dc in (device_class_from_dict(d) for d in device_classes)},
         held_by_others=held_by_others(claims),
+        counters=counters_by_set(slices),
+        shared_by_others=shared_by_others(claims),
         topology_keys=topology_keys,
     )

@@ -10,10 +10,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NewType
+from fractions import Fraction
+from typing import NamedTuple, NewType
 
 from gangq.queue.core import explain
-from gangq.queue.core.device import Device, DeviceId
+from gangq.queue.core.device import CounterSetId, Device, DeviceId
 
 JobKey = NewType("JobKey", str)
 """`namespace/name` of a TrainingJob: the one name a job has in the store, the API and the core."""
@@ -174,6 +175,12 @@ class Inventory:
     device_classes: Mapping[str, DeviceClass] = field(default_factory=dict, hash=False)
     held_by_others: frozenset[DeviceId] = frozenset()
     """Allocated by ResourceClaims gangq did not make: used, never free (PRODUCT §3)."""
+    counters: Mapping[CounterSetId, Mapping[str, int]] = field(default_factory=dict, hash=False)
+    """Shared counter sets of every pool (`sharedCounters`), in thousandths."""
+    shared_by_others: Mapping[DeviceId, tuple[tuple[str, int], ...]] = field(
+        default_factory=dict, hash=False
+    )
+    """Capacity of multi-allocatable devices that claims gangq did not make consume."""
     topology_keys: tuple[str, ...] = ()
     """Node label keys that define topology domains (rack, zone, clique), for reports."""
 
@@ -201,11 +208,17 @@ class PendingJob:
     selectors: tuple[str, ...] = ()
     constraints: tuple[str, ...] = ()
     """Qualified `matchAttribute` names shared by all devices of one replica."""
+    capacity_requests: tuple[tuple[str, int], ...] = ()
+    """`capacity.requests` (name -> thousandths, sorted): each device is a share of a
+    multi-allocatable device, or one with at least this capacity."""
     topology: Topology = Topology()
     pod: PodRequirements = PodRequirements()
     submitted_at: float = 0.0
     max_runtime_s: float | None = None
     """Upper bound of the run (the job is stopped past it); None means it never ends by itself."""
+    share_milli: int | Fraction = 1000
+    """GPU-equivalents one of its devices counts for in quotas, in thousandths: 1000 for whole
+    devices; the cycle sets the largest a matching partition or share may count for."""
     predicted_runtime_s: float | None = None
     """Expected run from the history of similar jobs (module `prediction`), at most
     `max_runtime_s`; None: no better guess than `max_runtime_s`."""
@@ -214,14 +227,30 @@ class PendingJob:
     def device_count(self) -> int:
         return self.replicas * self.devices_per_replica
 
+    @property
+    def equivalent_milli(self) -> int | Fraction:
+        """What the job counts for in quotas: GPU-equivalents in thousandths (rule 3)."""
+        return self.replicas * self.devices_per_replica * self.share_milli
+
+
+class Share(NamedTuple):
+    """The part of a multi-allocatable device one replica holds (`consumedCapacity`)."""
+
+    device: DeviceId
+    consumed: tuple[tuple[str, int], ...]
+    """Qualified capacity name -> thousandths."""
+    share_id: str = ""
+    """The allocation's `shareID` (a UUID), given when the reservation is stored."""
+
 
 @dataclass(frozen=True, slots=True)
 class ReplicaPlacement:
-    """The node and exact devices of one replica."""
+    """The node and exact devices of one replica; devices in `shares` are held in part."""
 
     replica: int
     node: NodeName
     devices: tuple[DeviceId, ...]
+    shares: tuple[Share, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

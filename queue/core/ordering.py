@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Iterator, Mapping
+from fractions import Fraction
 from typing import Protocol
 
 from gangq.queue.core.model import PendingJob, RunningJob, Tenant
@@ -16,7 +17,9 @@ from gangq.queue.core.model import PendingJob, RunningJob, Tenant
 class Shares(Protocol):
     """What ordering reads from the quota ledger."""
 
-    def is_within_nominal(self, tenant: Tenant, device_class: str, count: int) -> bool: ...
+    def is_within_nominal(
+        self, tenant: Tenant, device_class: str, count: int | Fraction
+    ) -> bool: ...
 
     def weighted_share(self, tenant: Tenant) -> float: ...
 
@@ -32,7 +35,7 @@ def head_key(job: PendingJob, *, shares: Shares) -> tuple[bool, float, int, floa
     (2) weighted dominant share, lowest first; (3) priority, higher first;
     (4) submission time, earlier first; (5) uid, so equal jobs still have one order."""
     return (
-        not shares.is_within_nominal(job.tenant, job.device_class, job.device_count),
+        not shares.is_within_nominal(job.tenant, job.device_class, job.equivalent_milli),
         shares.weighted_share(job.tenant),
         -job.priority,
         job.submitted_at,

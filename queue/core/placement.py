@@ -23,7 +23,7 @@ from gangq.queue.core.model import (
     Topology,
     TopologyMode,
 )
-from gangq.queue.core.pool import Pool, SelectorKey
+from gangq.queue.core.pool import Chooser, Pool, SelectorKey, first_devices
 
 
 class Shape(NamedTuple):
@@ -40,7 +40,7 @@ class Shape(NamedTuple):
     @classmethod
     def of(cls, job: PendingJob) -> Shape:
         return cls(
-            (job.device_class, job.selectors),
+            (job.device_class, job.selectors, job.capacity_requests),
             job.replicas,
             job.devices_per_replica,
             job.constraints,
@@ -65,23 +65,34 @@ Choice = list[tuple[NodeName, tuple[Device, ...]]]
 
 
 def pick_devices(
-    devices: Sequence[Device], count: int, *, constraints: tuple[str, ...]
+    devices: Sequence[Device],
+    count: int,
+    *,
+    constraints: tuple[str, ...],
+    choose: Chooser = first_devices,
 ) -> tuple[Device, ...] | None:
     """`count` devices sharing every constrained attribute, from the smallest group that fits."""
     if len(devices) < count:
         return None
     if not constraints:
-        return tuple(devices[:count])
+        if choose is first_devices:
+            return tuple(devices[:count])
+        picked = choose(devices, count)
+        return None if picked is None else tuple(picked)
     groups: dict[tuple[object, ...], list[Device]] = {}
     for device in devices:
         values = tuple(device.attributes.get(name) for name in constraints)
         if None not in values:
             groups.setdefault(values, []).append(device)
-    fitting = [group for group in groups.values() if len(group) >= count]
-    if not fitting:
-        return None
-    best = min(fitting, key=lambda group: (len(group), group[0].name))
-    return tuple(best[:count])
+    fitting = sorted(
+        (group for group in groups.values() if len(group) >= count),
+        key=lambda group: (len(group), group[0].name),
+    )
+    for group in fitting:
+        picked = choose(group, count)
+        if picked is not None:
+            return tuple(picked)
+    return None
 
 
 def select_nodes(
@@ -91,6 +102,7 @@ def select_nodes(
     devices_of: Callable[[NodeName], Sequence[Device]],
     has_room: Callable[[NodeName], bool],
     known: Mapping[NodeName, Node],
+    choose: Chooser = first_devices,
 ) -> Choice | Shortfall:
     """Walk candidate nodes in preference order and pick R of them, honouring topology."""
     count, wanted = shape.devices_per_replica, shape.replicas
@@ -100,7 +112,7 @@ def select_nodes(
     with_devices = 0
     for node in nodes:
         available = devices_of(node)
-        devices = pick_devices(available, count, constraints=shape.constraints)
+        devices = pick_devices(available, count, constraints=shape.constraints, choose=choose)
         if devices is None:
             continue
         with_devices += 1
@@ -152,9 +164,15 @@ def _negated(
     return (-held[0], -held[1], -held[2]) if held else ()
 
 
-def as_placement(choice: Choice) -> tuple[ReplicaPlacement, ...]:
+def as_placement(choice: Choice, shape: Shape, pool: Pool) -> tuple[ReplicaPlacement, ...]:
+    """The placement of a choice, with the share each replica takes of shared devices."""
     return tuple(
-        ReplicaPlacement(replica=index, node=node, devices=tuple(d.id for d in devices))
+        ReplicaPlacement(
+            replica=index,
+            node=node,
+            devices=tuple(d.id for d in devices),
+            shares=pool.shares_of(shape.selector, devices) if pool.partitioned else (),
+        )
         for index, (node, devices) in enumerate(choice)
     )
 
@@ -170,6 +188,8 @@ def place(
     backfill reservations) alone."""
     view = pool.view(shape.selector)
     pod = shape.pod
+    if excluded and pool.partitioned:
+        excluded = pool.siblings(excluded)
     nodes = (
         n for n in view.nodes_with_at_least(shape.devices_per_replica) if pool.is_accepted(n, pod)
     )
@@ -186,4 +206,5 @@ def place(
         devices_of=devices_of,
         has_room=lambda node: pool.has_room(node, pod, extra=_negated(held_room, node)),
         known=pool.inventory.nodes,
+        choose=pool.chooser(shape.selector),
     )

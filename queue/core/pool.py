@@ -8,22 +8,41 @@ from the snapshot each cycle; it decides nothing, it only answers and records.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from gangq.queue.core import fit
+from gangq.queue.core import fit, sharing
 from gangq.queue.core.cel import DeviceMatcher
-from gangq.queue.core.device import Device, DeviceId
-from gangq.queue.core.model import Inventory, NodeName, PodRequirements, RunningJob
+from gangq.queue.core.device import CounterSetId, Device, DeviceId
+from gangq.queue.core.model import (
+    Inventory,
+    NodeName,
+    PendingJob,
+    PodRequirements,
+    ReplicaPlacement,
+    RunningJob,
+    Share,
+)
 
-SelectorKey = tuple[str, tuple[str, ...]]
-"""(device class name, job selectors): the unit of matching that views are cached by."""
+SelectorKey = tuple[str, tuple[str, ...], sharing.CapacityRequests]
+"""(device class name, job selectors, capacity requests): the unit of matching that views are
+cached by."""
 Held = tuple[NodeName, tuple[Device, ...]]
 """One replica of a running gang: its node and its devices that match a selector key."""
 
 
 def _by_name(device: Device) -> str:
     return device.name
+
+
+Chooser = Callable[[Sequence[Device], int], Sequence[Device] | None]
+"""Picks `count` devices of a group that may be allocated together (`Pool.chooser`)."""
+
+
+def first_devices(devices: Sequence[Device], count: int) -> Sequence[Device] | None:
+    """The first `count` devices: any plain devices may go together."""
+    return devices[:count] if len(devices) >= count else None
 
 
 PREFERENCE_WINDOW = 16
@@ -104,14 +123,30 @@ class Pool:
         only)."""
         self.inventory = inventory
         self.matcher = matcher
-        held = {
-            device for job in running for replica in job.placement for device in replica.devices
-        }
+        held: set[DeviceId] = set()
+        shared: set[DeviceId] = set()
+        for job in running:
+            for replica in job.placement:
+                held.update(replica.devices)
+                if replica.shares:
+                    shared.update(share.device for share in replica.shares)
+        held -= shared
         self.free_by_node: dict[NodeName, list[Device]] = {}
         self.free: set[DeviceId] = set()
         self._free_ids: dict[int, DeviceId] = {}
         """`id()` of each free device -> its DeviceId, to skip rebuilding the id string."""
+        self.ledger = sharing.Ledger(inventory.counters)
+        """Counters and capacity shares left (rule 12); untouched where every device is plain."""
+        self.partitioned = bool(inventory.shared_by_others)
+        """Some device consumes counters or is shared (or others hold shares): `take` must
+        re-check the neighbours of what it takes."""
+        self._consumers: dict[CounterSetId, list[Device]] = {}
+        """Free devices per counter set they consume."""
+        partitioned = self.partitioned
         for device_id, device in inventory.devices.items():
+            consumes = device.consumes
+            if consumes or device.multi:
+                partitioned = True
             if (
                 device_id in held
                 or device.node is None
@@ -123,6 +158,10 @@ class Pool:
             self.free_by_node.setdefault(NodeName(device.node), []).append(device)
             self.free.add(device_id)
             self._free_ids[id(device)] = device_id
+            if consumes:
+                for set_id, _ in consumes:
+                    self._consumers.setdefault(set_id, []).append(device)
+        self.partitioned = partitioned
         for devices in self.free_by_node.values():
             devices.sort(key=_by_name)
         self.free_by_node = dict(sorted(self.free_by_node.items()))
@@ -148,6 +187,153 @@ class Pool:
         self._matching_per_node: dict[SelectorKey, dict[NodeName, int]] = {}
         self._answers: dict[SelectorKey, dict[DeviceId, bool]] = {}
         self._held: dict[tuple[SelectorKey, str], tuple[Held, ...]] = {}
+        self._estimates: dict[SelectorKey, sharing.Equivalent] = {}
+        self._holders: dict[CounterSetId, set[str]] = {}
+        """Who uses each counter set: gangs by key, `""` for claims gangq did not make and
+        admissions of this cycle."""
+        if self.partitioned:
+            self._charge_held(running)
+
+    def _charge_held(self, running: Sequence[RunningJob]) -> None:
+        """Charge the counters and shares that gangs and others hold, then drop the free
+        devices whose counters have no room left."""
+        devices, ledger = self.inventory.devices, self.ledger
+        for job in running:
+            for replica in job.placement:
+                parts = {share.device: share.consumed for share in replica.shares}
+                for device_id in replica.devices:
+                    if device_id in devices:
+                        ledger.charge(devices[device_id], parts.get(device_id, ()))
+                        self._hold(devices[device_id], job.key)
+        for device_id in self.inventory.held_by_others:
+            if device_id in devices:
+                ledger.charge(devices[device_id], ())
+                self._hold(devices[device_id], "")
+        whole: set[DeviceId] = set()
+        for device_id, consumed in self.inventory.shared_by_others.items():
+            if device_id in devices:
+                ledger.charge(devices[device_id], consumed)
+                self._hold(devices[device_id], "")
+                if not devices[device_id].multi:
+                    whole.add(device_id)
+        blocked = [
+            device
+            for devices_of_node in self.free_by_node.values()
+            for device in devices_of_node
+            if device.id in whole or not ledger.counters_fit(device)
+        ]
+        self._drop(blocked)
+
+    def _hold(self, device: Device, holder: str) -> None:
+        for set_id, _ in device.consumes:
+            self._holders.setdefault(set_id, set()).add(holder)
+
+    def _drop(self, devices: Iterable[Device]) -> None:
+        """No longer free for anyone (taken whole, or its counters have no room)."""
+        by_node: dict[NodeName, set[int]] = {}
+        for device in devices:
+            if device.node is not None:
+                by_node.setdefault(NodeName(device.node), set()).add(id(device))
+                self.free.discard(device.id)
+        for node, gone in by_node.items():
+            current = self.free_by_node.get(node, [])
+            kept = [device for device in current if id(device) not in gone]
+            if kept:
+                self.free_by_node[node] = kept
+            else:
+                self.free_by_node.pop(node, None)
+            for view in self._views.values():
+                view.remove(node, gone)
+
+    def admits(self, key: SelectorKey, device: Device) -> bool:
+        """One more allocation of the device for `key`'s capacity requests over-commits no
+        counter and no capacity (always true for a plain device and no requests)."""
+        requests = key[2]
+        if device.is_plain and not requests:
+            return True
+        consumed = sharing.consumption(device, requests)
+        return consumed is not None and self.ledger.fits(device, consumed)
+
+    def chooser(self, key: SelectorKey) -> Chooser:
+        """How `count` devices of one replica are picked from a node's free matching devices:
+        the first ones, or where devices share counters, a set that fits together, taking
+        devices of GPUs already partitioned or shared first (whole GPUs stay whole)."""
+        if not self.partitioned:
+            return first_devices
+        requests, ledger = key[2], self.ledger
+
+        def choose(devices: Sequence[Device], count: int) -> Sequence[Device] | None:
+            if len(devices) < count:
+                return None
+            if all(device.is_plain for device in devices):
+                return devices[:count]
+            ordered = sorted(devices, key=lambda d: not ledger.is_broken(d))
+            picked: list[tuple[Device, sharing.Consumed]] = []
+            for device in ordered:
+                consumed = sharing.consumption(device, requests)
+                if consumed is None:
+                    continue
+                if ledger.fits_together([*picked, (device, consumed)]):
+                    picked.append((device, consumed))
+                    if len(picked) == count:
+                        return [device for device, _ in picked]
+            return None
+
+        return choose
+
+    def shares_of(self, key: SelectorKey, devices: Iterable[Device]) -> tuple[Share, ...]:
+        """The shares a replica takes of the multi-allocatable ones among its devices."""
+        found = []
+        for device in devices:
+            if device.multi:
+                consumed = sharing.consumption(device, key[2])
+                if consumed is not None:
+                    found.append(Share(device.id, consumed))
+        return tuple(found)
+
+    def held_equivalent(self, placement: Iterable[ReplicaPlacement]) -> sharing.Equivalent:
+        """GPU-equivalents (thousandths) a placement holds: partitions and shares in part."""
+        return sharing.placement_equivalent(
+            placement, self.inventory.devices, self.inventory.counters
+        )
+
+    def weigher(self) -> Callable[[RunningJob], sharing.Equivalent] | None:
+        """What a gang counts for in quotas (`QuotaBook`); None: every device is whole."""
+        if not self.partitioned:
+            return None
+        return lambda job: self.held_equivalent(job.placement)
+
+    def weighed(self, job: PendingJob) -> PendingJob:
+        """The job with what each of its devices may count for in quotas: the most any matching
+        partition or share counts for, so a quota check before placement never under-counts."""
+        share = self.share_estimate((job.device_class, job.selectors, job.capacity_requests))
+        return job if share == job.share_milli else dataclasses.replace(job, share_milli=share)
+
+    def share_estimate(self, key: SelectorKey) -> sharing.Equivalent:
+        """The most GPU-equivalents (thousandths) one device matching `key` may count for;
+        a whole one when nothing matches."""
+        found = self._estimates.get(key)
+        if found is None:
+            counters, requests = self.inventory.counters, key[2]
+            found = max(
+                (
+                    sharing.equivalent(device, consumed, counters)
+                    for device in self.inventory.devices.values()
+                    if (consumed := sharing.consumption(device, requests)) is not None
+                    and self.is_matching(key, device)
+                ),
+                default=sharing.WHOLE,
+            )
+            self._estimates[key] = found
+        return found
+
+    def siblings(self, devices: Iterable[DeviceId]) -> frozenset[DeviceId]:
+        """These devices and every free one sharing a counter set with them: kept for a
+        reservation, none of them may go to another job."""
+        devices = list(devices)
+        known = self.inventory.devices
+        found = sharing.siblings((known[d] for d in devices if d in known), self._consumers)
+        return frozenset(found) | frozenset(devices)
 
     def _charge(self, node: NodeName, pod: PodRequirements, *, sign: int) -> None:
         room = self.headroom.get(node)
@@ -207,8 +393,50 @@ class Pool:
                 for replica in job.placement
                 if replica.node in self.headroom
             )
+            if self.partitioned:
+                held = self._with_unblocked(key, job, held)
             self._held[cache_key] = held
         return held
+
+    def _with_unblocked(
+        self, key: SelectorKey, job: RunningJob, held: tuple[Held, ...]
+    ) -> tuple[Held, ...]:
+        """Add to a gang's matching devices those only its partitions keep from being free:
+        devices whose every counter set the gang alone uses (nobody else, no admission of this
+        cycle). Its end frees them for sure; where several hold a GPU, none is credited."""
+        devices, is_matching, holders = (
+            self.inventory.devices,
+            self._matching_of(key),
+            self._holders,
+        )
+        mine = {job.key}
+        extra: dict[NodeName, list[Device]] = {}
+        seen: set[DeviceId] = set()
+        for replica in job.placement:
+            for device_id in replica.devices:
+                device = devices.get(device_id)
+                if device is None:
+                    continue
+                for set_id, _ in device.consumes:
+                    if holders.get(set_id) != mine:
+                        continue
+                    for other in self._consumers.get(set_id, ()):
+                        if (
+                            other.id in seen
+                            or other.id in self.free
+                            or other.multi
+                            or other.node is None
+                            or any(holders.get(s, mine) != mine for s, _ in other.consumes)
+                            or not is_matching(other, other.id)
+                        ):
+                            continue
+                        seen.add(other.id)
+                        extra.setdefault(NodeName(other.node), []).append(other)
+        if not extra:
+            return held
+        return tuple((node, (*matching, *extra.pop(node, ()))) for node, matching in held) + tuple(
+            (node, tuple(more)) for node, more in extra.items() if node in self.headroom
+        )
 
     def matching_count(self, key: SelectorKey, node: NodeName) -> int:
         """Untainted devices on the node that match `key`, free or not."""
@@ -243,8 +471,13 @@ class Pool:
         if view is None:
             by_node: dict[NodeName, list[Device]] = {}
             ids, is_matching = self._free_ids, self._matching_of(key)
+            admits = self.admits
+            checked = self.partitioned or bool(key[2])
             for node, devices in self.free_by_node.items():
-                matching = [d for d in devices if is_matching(d, ids[id(d)])]
+                if checked:
+                    matching = [d for d in devices if is_matching(d, ids[id(d)]) and admits(key, d)]
+                else:
+                    matching = [d for d in devices if is_matching(d, ids[id(d)])]
                 if matching:
                     by_node[node] = matching
             view = FreeView(by_node, domain_of=self.domain_of)
@@ -253,7 +486,7 @@ class Pool:
 
     def free_count(self, device_class: str) -> int:
         """Free devices the device class matches, whatever the job selectors."""
-        return self.view((device_class, ())).total
+        return self.view((device_class, (), ())).total
 
     def is_accepted(self, node: NodeName, pod: PodRequirements) -> bool:
         """Labels, taints and state allow the pod on the node (cached: static in a cycle)."""
@@ -273,8 +506,19 @@ class Pool:
         )
         return cpu >= pod.cpu_milli and memory >= pod.memory_bytes and pods >= 1
 
-    def take(self, node: NodeName, devices: Iterable[DeviceId], pod: PodRequirements) -> None:
+    def take(
+        self,
+        node: NodeName,
+        devices: Iterable[DeviceId],
+        pod: PodRequirements,
+        *,
+        shares: Sequence[Share] = (),
+    ) -> None:
         """Record that one replica uses these devices and this room from now on in the cycle."""
+        if self.partitioned:
+            self._take_parts(list(devices), shares)
+            self._charge(node, pod, sign=1)
+            return
         taken_ids = set(devices)
         self.free -= taken_ids
         known = self.inventory.devices
@@ -288,3 +532,38 @@ class Pool:
         for view in self._views.values():
             view.remove(node, taken)
         self._charge(node, pod, sign=1)
+
+    def _take_parts(self, devices: Sequence[DeviceId], shares: Sequence[Share]) -> None:
+        """Charge the ledger, then drop what no longer fits: exclusive devices taken, devices
+        whose counters ran out, and per view the shared devices too full for its requests."""
+        known, ledger = self.inventory.devices, self.ledger
+        consumed = {share.device: share.consumed for share in shares}
+        gone: list[Device] = []
+        affected: dict[DeviceId, Device] = {}
+        for device_id in devices:
+            device = known.get(device_id)
+            if device is None:
+                continue
+            ledger.charge(device, consumed.get(device_id, ()))
+            self._hold(device, "")
+            if device.multi:
+                affected[device_id] = device
+            else:
+                gone.append(device)
+            for set_id, _ in device.consumes:
+                for other in self._consumers.get(set_id, ()):
+                    affected[other.id] = other
+        gone.extend(d for d in affected.values() if not ledger.counters_fit(d))
+        self._drop(gone)
+        self._held.clear()
+        for key, view in self._views.items():
+            by_node: dict[NodeName, set[int]] = {}
+            for device in affected.values():
+                if (
+                    device.node is not None
+                    and device.id in self.free
+                    and not self.admits(key, device)
+                ):
+                    by_node.setdefault(NodeName(device.node), set()).add(id(device))
+            for node, unfit in by_node.items():
+                view.remove(node, unfit)

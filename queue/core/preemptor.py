@@ -395,9 +395,12 @@ def _hold_for_preemptor(
     state.claimed.update(v.key for v in victims)
     state.claimed.update(g.key for g in awaited)
     state.touched_nodes.update(node for node, _ in choice)
+    selector = placement.Shape.of(job).selector
     for node, devices in choice:
-        state.pool.take(node, [d.id for d in devices if d.id in state.pool.free], job.pod)
-    state.book.charge(job.tenant, job.device_class, job.device_count)
+        free = [d for d in devices if d.id in state.pool.free]
+        shares = state.pool.shares_of(selector, free)
+        state.pool.take(node, [d.id for d in free], job.pod, shares=shares)
+    state.book.charge(job.tenant, job.device_class, job.equivalent_milli)
     state.owed.settle(job)
     state.pending[job.key] = explain.preemption(
         victims=tuple(v.key for v in victims) or tuple(g.key for g in awaited),

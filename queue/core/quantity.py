@@ -56,6 +56,18 @@ def parse_milli(text: str | int | float) -> int:
     return math.ceil(value * 1000)
 
 
+def format_milli(milli: int) -> str:
+    """A quantity as the API server writes it: whole units with the largest binary suffix that
+    divides them ("20Gi", "66"), else thousandths ("500m")."""
+    if milli % 1000:
+        return f"{milli}m"
+    units = milli // 1000
+    for suffix, factor in reversed(_BINARY_SUFFIXES.items()):
+        if units and units % factor == 0:
+            return f"{units // factor}{suffix}"
+    return str(units)
+
+
 def parse_units(text: str | int | float) -> int:
     """Return the quantity in whole units, rounded up (bytes of memory, pods, devices)."""
     return -(-parse_milli(text) // 1000)

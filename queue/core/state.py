@@ -119,7 +119,11 @@ class CycleState:
             matcher=matcher,
             domain_key=policy.topology_keys[0] if policy.topology_keys else None,
         )
-        book = QuotaBook(quotas=snapshot.quotas, running=snapshot.running)
+        book = QuotaBook(
+            quotas=snapshot.quotas,
+            running=snapshot.running,
+            weigh=pool.weigher(),
+        )
         tiers = {tier.name: tier for tier in policy.tiers}
         budget = preemption.SearchBudget(steps=policy.preemption_search_steps)
         return cls(

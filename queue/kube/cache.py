@@ -192,6 +192,23 @@ class ClusterCache:
                     )
                 ),
             ),
+            counters=self._part(
+                "counters",
+                (resources.RESOURCE_SLICES,),
+                lambda: inventory.counters_by_set(
+                    _readable(self._current_slices(), device.counters_from_slice)
+                ),
+            ),
+            shared_by_others=self._part(
+                "shared",
+                (resources.RESOURCE_CLAIMS,),
+                lambda: inventory.shared_by_others(
+                    _readable(
+                        _foreign(self.objects(resources.RESOURCE_CLAIMS)),
+                        lambda claim: inventory.shared_by_others([claim]),
+                    )
+                ),
+            ),
             topology_keys=self.settings.topology_keys,
         )
         self._inventory = (self.version, built)
@@ -226,11 +243,12 @@ class ClusterCache:
             lambda pod: inventory.pod_requirements(pod, owner=f"Pod {key_of(pod)}"),
         )
 
+    def _current_slices(self) -> list[dict[str, Any]]:
+        return inventory.current_slices(self.objects(resources.RESOURCE_SLICES).values())
+
     def _devices(self) -> dict[device.DeviceId, device.Device]:
         found: dict[device.DeviceId, device.Device] = {}
-        for published in _parsed(
-            self.objects(resources.RESOURCE_SLICES).values(), device.devices_from_slice
-        ):
+        for published in _parsed(self._current_slices(), device.devices_from_slice):
             found.update((d.id, d) for d in published)
         return found
 

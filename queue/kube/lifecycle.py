@@ -197,6 +197,10 @@ def _claim_problem(gang: Gang, *, released: bool) -> ReplicaFailure | None:
                     f"claim {name} holds {', '.join(found)} instead of the reserved "
                     f"{', '.join(sorted(placement.devices))}"
                 )
+            elif objects.allocated_shares(claim) != {
+                s.device: s.share_id for s in placement.shares
+            }:
+                problem = f"claim {name} holds other shares than the reserved ones"
         if problem is not None:
             return ReplicaFailure(
                 placement.replica, placement.node, "ClaimChanged", message=problem

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from gangq.queue.core import model
+from gangq.queue.core import model, quantity
 from gangq.queue.core.device import Device, DeviceId
 from gangq.queue.kube import resources
 from gangq.queue.store import reservations
@@ -105,7 +105,8 @@ def claim(
     pin: str | None,
     gang: str,
 ) -> dict[str, Any]:
-    """The claim of one replica: D devices of the job's class, its selectors and constraints."""
+    """The claim of one replica: D devices of the job's class, its selectors, capacity requests
+    and constraints."""
     exactly: dict[str, Any] = {
         "deviceClassName": spec.get("deviceClassName") or "gpu.nvidia.com",
         "allocationMode": "ExactCount",
@@ -114,6 +115,9 @@ def claim(
     selectors = [*(spec.get("selectors") or []), *([pin] if pin else [])]
     if selectors:
         exactly["selectors"] = [{"cel": {"expression": s}} for s in selectors]
+    requests = (spec.get("capacity") or {}).get("requests")
+    if requests:
+        exactly["capacity"] = {"requests": dict(requests)}
     devices: dict[str, Any] = {"requests": [{"name": REQUEST, "exactly": exactly}]}
     constraints = [
         c["matchAttribute"] for c in spec.get("constraints") or [] if c.get("matchAttribute")
@@ -129,13 +133,34 @@ def claim(
     }
 
 
+def _unqualified(name: str, *, driver: str) -> str:
+    """A capacity name as the driver's slice writes it: without the driver's own domain."""
+    domain, _, short = name.rpartition("/")
+    return short if domain == driver else name
+
+
 def allocation(placement: model.ReplicaPlacement, *, at: str) -> dict[str, Any]:
     """`status.allocation` with the reserved devices; `allocationTimestamp` is required by
-    kube-scheduler 1.36 to honour an allocation it did not write (issue 6, fact 1)."""
+    kube-scheduler 1.36 to honour an allocation it did not write (issue 6, fact 1). A share of
+    a multi-allocatable device carries its `shareID` and `consumedCapacity` (case 10-22)."""
+    shares = {share.device: share for share in placement.shares}
     results = []
     for device in placement.devices:
         driver, pool, name = reservations.split_device_id(device)
-        results.append({"request": REQUEST, "driver": driver, "pool": pool, "device": name})
+        result: dict[str, Any] = {
+            "request": REQUEST,
+            "driver": driver,
+            "pool": pool,
+            "device": name,
+        }
+        share = shares.get(device)
+        if share is not None:
+            result["shareID"] = share.share_id
+            result["consumedCapacity"] = {
+                _unqualified(capacity, driver=driver): quantity.format_milli(amount)
+                for capacity, amount in share.consumed
+            }
+        results.append(result)
     return {
         "allocation": {
             "devices": {"results": results},
@@ -162,6 +187,16 @@ def allocated_devices(claim_obj: Mapping[str, Any]) -> tuple[DeviceId, ...] | No
     return tuple(
         sorted(DeviceId(f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}") for r in results)
     )
+
+
+def allocated_shares(claim_obj: Mapping[str, Any]) -> dict[DeviceId, str]:
+    """The `shareID` of each shared device a claim's allocation names."""
+    found = (claim_obj.get("status") or {}).get("allocation") or {}
+    return {
+        DeviceId(f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}"): str(r["shareID"])
+        for r in (found.get("devices") or {}).get("results") or []
+        if r.get("shareID")
+    }
 
 
 def _env(job: Mapping[str, Any], replica: int, *, spec: Mapping[str, Any]) -> list[dict[str, str]]:

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
-from gangq.queue.core import capacity, model
+from gangq.queue.core import capacity, model, sharing
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import (
@@ -205,10 +205,13 @@ class Reconciler:
             )
             largest = max(usage.largest_gang_devices, usage.largest_replica)
             gangq_metrics.set_largest_placeable_gang(self.metrics, device_class, devices=largest)
-        tenant_use: dict[tuple[str, str], tuple[int, int]] = {}
+        tenant_use: dict[tuple[str, str], tuple[float, float]] = {}
         for h in held:
-            count = sum(len(p.devices) for p in h.placement)
-            nominal, borrowed = tenant_use.get((h.row.tenant, h.row.device_class), (0, 0))
+            count = float(
+                sharing.placement_equivalent(h.placement, inventory.devices, inventory.counters)
+                / sharing.WHOLE
+            )
+            nominal, borrowed = tenant_use.get((h.row.tenant, h.row.device_class), (0.0, 0.0))
             tenant_use[(h.row.tenant, h.row.device_class)] = (
                 nominal + count - h.row.borrowed,
                 borrowed + h.row.borrowed,

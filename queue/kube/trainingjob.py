@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gangq.queue.core import inventory, model
+from gangq.queue.core import inventory, model, quantity
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import validation
 
@@ -25,6 +25,14 @@ class Constraint(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
     match_attribute: str = Field(alias="matchAttribute", min_length=1)
+
+
+class CapacitySpec(BaseModel):
+    """`capacity`: a share of each device, as in a ResourceClaim request (`capacity.requests`)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    requests: dict[str, int | str] = Field(default_factory=dict, min_length=1, max_length=8)
 
 
 class TopologySpec(BaseModel):
@@ -46,6 +54,7 @@ class TrainingJobSpec(BaseModel):
     device_class_name: str = Field(alias="deviceClassName", default=DEFAULT_DEVICE_CLASS)
     selectors: tuple[str, ...] = ()
     constraints: tuple[Constraint, ...] = ()
+    capacity: CapacitySpec | None = None
     topology: TopologySpec | None = None
     startup_timeout_seconds: int = Field(
         alias="startupTimeoutSeconds", default=600, ge=1, le=validation.INT32_MAX
@@ -105,6 +114,7 @@ def pending_job(job: dict[str, Any], *, tenant: str | None) -> model.PendingJob:
         raise InvalidInputError(
             f"namespace {namespace} has no gangq.dev/tenant label: no tenant owns this job"
         )
+    requests = capacity_requests(spec.capacity)
     topology = spec.topology or TopologySpec()
     mode = model.TopologyMode(topology.mode if topology.key else "None")
     return model.PendingJob(
@@ -118,11 +128,40 @@ def pending_job(job: dict[str, Any], *, tenant: str | None) -> model.PendingJob:
         device_class=spec.device_class_name,
         selectors=spec.selectors,
         constraints=tuple(c.match_attribute for c in spec.constraints),
+        capacity_requests=requests,
         topology=model.Topology(key=topology.key, mode=mode),
         pod=inventory.pod_requirements(spec.template, owner=f"TrainingJob {key} template"),
         submitted_at=submitted_at(job),
         max_runtime_s=None if spec.max_runtime_seconds is None else float(spec.max_runtime_seconds),
     )
+
+
+def capacity_requests(capacity: CapacitySpec | None) -> tuple[tuple[str, int], ...]:
+    """`capacity.requests` in thousandths, sorted; a bad name or amount raises
+    `InvalidInputError` naming the field."""
+    if capacity is None:
+        return ()
+    problems, requests = [], []
+    for name, value in sorted(capacity.requests.items()):
+        field = f"spec.capacity.requests.{name}"
+        if not validation.is_capacity_name(name):
+            problems.append(
+                f"{field}: a capacity name is a C identifier, optionally prefixed by a DNS "
+                "subdomain and '/' (e.g. memory or gpu.nvidia.com/memory)"
+            )
+            continue
+        try:
+            amount = quantity.parse_milli(value)
+        except InvalidInputError as error:
+            problems.append(f"{field}: {error}")
+            continue
+        if amount <= 0:
+            problems.append(f"{field}: {value!r} must be more than zero")
+            continue
+        requests.append((name, amount))
+    if problems:
+        raise InvalidInputError("; ".join(problems))
+    return tuple(requests)
 
 
 def _bounded(value: object, *, default: int, low: int, high: int) -> int:

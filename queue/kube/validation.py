@@ -23,6 +23,17 @@ PRIORITY_LIMIT = 1_000_000_000
 """Priorities are bounded like PriorityClass values a user may create."""
 
 
+_CAPACITY_NAME = re.compile(
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[a-zA-Z_][a-zA-Z0-9_]*"
+)
+
+
+def is_capacity_name(name: str) -> bool:
+    """A DRA capacity name: a C identifier, optionally qualified by a DNS subdomain (the
+    CRD's rule on `capacity.requests`)."""
+    return len(name) <= 316 and _CAPACITY_NAME.fullmatch(name) is not None
+
+
 def name_problems(name: str) -> list[str]:
     """Why `name` cannot name a job's pods, hostnames, claims, Service and labels (the same
     limits as the CRD's rules on metadata.name)."""

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gangq.queue.core import prediction
-from gangq.queue.core.device import DeviceId
+from gangq.queue.core import prediction, sharing
+from gangq.queue.core.device import CounterSetId, Device, DeviceId
 from gangq.queue.core.errors import GangqError
 from gangq.queue.core.model import (
     DEFAULT_TIERS,
@@ -75,8 +75,15 @@ class Simulation:
         self.waiting: dict[JobKey, JobRecord] = {}
         self.holding: dict[JobKey, JobRecord] = {}
         self.holder: dict[DeviceId, JobKey] = {}
-        self.limits = {q.tenant: q.nominal + q.borrowing_limit for q in trace.quotas}
-        self.tenant_use: dict[str, int] = {}
+        self.limits = {
+            q.tenant: (q.nominal + q.borrowing_limit) * sharing.WHOLE for q in trace.quotas
+        }
+        self.tenant_use: dict[str, sharing.Equivalent] = {}
+        """GPU-equivalents in thousandths, as the quota ledger counts them (rule 3)."""
+        self.consumers: dict[CounterSetId, list[Device]] = {}
+        for device in self.inventory.devices.values():
+            for set_id, _ in device.consumes:
+                self.consumers.setdefault(set_id, []).append(device)
         self.events: list[Event] = [
             Event(j.arrival_s, EventKind.ARRIVAL, j.key) for j in trace.jobs
         ]
@@ -191,11 +198,17 @@ class Simulation:
             for device in replica.devices:
                 self._hold(device, job=job.key, node=replica.node)
             record.placement[replica.replica] = replica
-        count = sum(len(replica.devices) for replica in admission.placement)
+        count = sharing.placement_equivalent(
+            admission.placement, self.inventory.devices, self.inventory.counters
+        )
         use = self.tenant_use.get(job.tenant, 0) + count
         if use > self.limits.get(job.tenant, 0):
-            raise SimulationError(f"rule 3: tenant {job.tenant} would use {use} devices")
+            shown = sharing.format_equivalent(use)
+            raise SimulationError(f"rule 3: tenant {job.tenant} would use {shown} GPUs")
         self.tenant_use[job.tenant] = use
+        record.held_gpus += float(count) / sharing.WHOLE
+        if self._overcommits(admission):
+            self.outcome.counter_overcommits += 1
         record.borrowed += admission.borrowed
         newly_holding = record.held_since is None
         if newly_holding:
@@ -209,6 +222,29 @@ class Simulation:
             )
         if len(record.placement) == job.replicas:
             self._start(record, now=now)
+
+    def _overcommits(self, admission: Admission) -> bool:
+        """Rule 12, counted by brute force: some counter set an admitted device consumes is
+        over-committed by all the devices held now."""
+        devices = self.inventory.devices
+        touched = {
+            set_id
+            for replica in admission.placement
+            for device in replica.devices
+            for set_id, _ in devices[device].consumes
+        }
+        for set_id in touched:
+            used: dict[str, int] = {}
+            for device in self.consumers[set_id]:
+                if device.id in self.holder:
+                    for amounts_set, amounts in device.consumes:
+                        if amounts_set == set_id:
+                            for name, amount in amounts.items():
+                                used[name] = used.get(name, 0) + amount
+            limits = self.inventory.counters.get(set_id, {})
+            if any(amount > limits.get(name, 0) for name, amount in used.items()):
+                return True
+        return False
 
     def _hold(self, device: DeviceId, *, job: JobKey, node: str) -> None:
         known = self.inventory.devices.get(device)
@@ -259,7 +295,11 @@ class Simulation:
             for device in replica.devices:
                 del self.holder[device]
         tenant = record.job.tenant
-        self.tenant_use[tenant] = self.tenant_use.get(tenant, 0) - record.held_devices
+        held = sharing.placement_equivalent(
+            record.placement.values(), self.inventory.devices, self.inventory.counters
+        )
+        self.tenant_use[tenant] = self.tenant_use.get(tenant, 0) - held
+        record.held_gpus = 0.0
         record.placement = {}
         record.borrowed = 0
         record.held_since = None
@@ -345,7 +385,7 @@ class Simulation:
                 replicas=job.replicas,
                 devices_per_replica=job.devices_per_replica,
                 device_class=device_class,
-                selectors=job.selectors,
+                selectors=(*job.selectors, *self._profile(job)),
                 constraints=job.constraints,
                 topology=job.topology,
                 submitted_at=job.arrival_s,
@@ -360,6 +400,13 @@ class Simulation:
             inventory=self.inventory, quotas=self.trace.quotas, running=running, pending=pending
         )
 
+    def _profile(self, job: TraceJob) -> tuple[str, ...]:
+        """Where nodes publish partitions, whole-GPU jobs select whole GPUs and slice jobs their
+        profile (the DeviceClass alone matches both)."""
+        if not self.trace.cluster.partitioned_nodes:
+            return ()
+        return (cluster.profile_selector(job.slice or cluster.WHOLE_PROFILE),)
+
     def _predicted_left(self, job: TraceJob) -> float | None:
         """The predicted rest of a waiting job's run: its prediction less the work it saved."""
         predicted = self.predictor.predict(_shape(job), max_runtime_s=job.max_runtime_s)
@@ -370,31 +417,38 @@ class Simulation:
 
     def _sample(self, now: float) -> None:
         timeline = self.outcome.timeline
-        allocated = {tier: 0 for tier in timeline.allocated_by_tier}
-        held_by_tenant = {tenant: 0 for tenant in timeline.held_by_tenant}
+        allocated = {tier: 0.0 for tier in timeline.allocated_by_tier}
+        held_by_tenant = {tenant: 0.0 for tenant in timeline.held_by_tenant}
         wanted_by_tenant = {tenant: 0 for tenant in timeline.wanted_by_tenant}
-        partial_held = 0
+        partial_held = 0.0
         for record in self.holding.values():
-            held = record.held_devices
+            held = record.held_gpus
             allocated[record.job.tier] = allocated.get(record.job.tier, 0) + held
             held_by_tenant[record.job.tenant] = held_by_tenant.get(record.job.tenant, 0) + held
             if record.is_partial:
                 partial_held += held
-        wanted = 0
+        wanted = 0.0
         for record in self.waiting.values():
             more = record.job.device_count - record.held_devices
-            wanted += more
+            wanted += more * record.job.gpus / record.job.device_count
             tenant = record.job.tenant
             wanted_by_tenant[tenant] = wanted_by_tenant.get(tenant, 0) + more
         timeline.append(
             now,
             allocated=allocated,
             pending=len(self.waiting),
-            demand=len(self.holder) + wanted,
+            demand=sum(allocated.values()) + wanted,
             partial_held=partial_held,
             held_by_tenant=held_by_tenant,
             wanted_by_tenant=wanted_by_tenant,
+            largest_gang=self._largest_gang(),
         )
+
+    def _largest_gang(self) -> int:
+        """Devices of the largest gang of whole-node replicas placeable now."""
+        devices = self.inventory.devices
+        busy = {devices[device].node for device in self.holder}
+        return (len(self.inventory.nodes) - len(busy)) * self.trace.cluster.devices_per_node
 
     def _close(self, horizon: float) -> None:
         """Jobs still waiting at the horizon count their wait so far (a lower bound)."""

@@ -8,7 +8,7 @@ tier (as a priority class would), then submission time, then job key.
 
 from __future__ import annotations
 
-from gangq.queue.core import explain, placement, quota
+from gangq.queue.core import explain, placement, quota, sharing
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.model import (
     DEFAULT_TIERS,
@@ -51,34 +51,43 @@ class FifoPolicy:
         """Quota-refused jobs wait without blocking other tenants (a queue per tenant, as in
         Kueue); in strict mode a job that finds no placement blocks every job behind it."""
         pool = Pool(inventory=snapshot.inventory, running=snapshot.running, matcher=self.matcher)
-        book = quota.QuotaBook(quotas=snapshot.quotas, running=snapshot.running)
+        book = quota.QuotaBook(
+            quotas=snapshot.quotas, running=snapshot.running, weigh=pool.weigher()
+        )
         admissions: list[Admission] = []
         pending: dict[JobKey, explain.PendingReason] = {}
         blocked_tenants: set[Tenant] = set()
         ordered = sorted(snapshot.pending, key=fifo_key)
-        for index, job in enumerate(ordered):
-            if job.tenant in blocked_tenants:
-                pending[job.key] = BEHIND
+        for index, queued in enumerate(ordered):
+            if queued.tenant in blocked_tenants:
+                pending[queued.key] = BEHIND
                 continue
+            job = pool.weighed(queued) if pool.partitioned else queued
             refusal = book.refusal(job)
             if refusal is not None:
                 pending[job.key] = refusal
                 if self.strict:
                     blocked_tenants.add(job.tenant)
                 continue
-            choice = placement.place(placement.Shape.of(job), pool)
+            shape = placement.Shape.of(job)
+            choice = placement.place(shape, pool)
             if isinstance(choice, placement.Shortfall):
                 pending[job.key] = NO_ROOM
                 if self.strict:
                     pending.update((behind.key, BEHIND) for behind in ordered[index + 1 :])
                     break
                 continue
-            replicas = placement.as_placement(choice)
-            borrowed = book.borrowed(job.tenant, job.device_class, job.device_count)
+            replicas = placement.as_placement(choice, shape, pool)
+            held = pool.held_equivalent(replicas) if pool.partitioned else job.equivalent_milli
+            borrowed = book.borrowed(job.tenant, job.device_class, held)
             for replica in replicas:
-                pool.take(replica.node, replica.devices, job.pod)
-            book.charge(job.tenant, job.device_class, job.device_count)
-            admissions.append(Admission(job=job.key, placement=replicas, borrowed=borrowed))
+                pool.take(replica.node, replica.devices, job.pod, shares=replica.shares)
+            book.charge(job.tenant, job.device_class, held)
+            admissions.append(
+                Admission(
+                    job=job.key, placement=replicas, borrowed=int(-(-borrowed // sharing.WHOLE))
+                )
+            )
         return CycleResult(admissions=tuple(admissions), pending=pending)
 
     def wake_at(self, snapshot: Snapshot, *, now: float) -> float | None:

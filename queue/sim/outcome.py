@@ -45,6 +45,8 @@ class JobRecord:
     """When the current attempt is predicted to end (from the runs finished before it)."""
     predicted_run_s: float | None = None
     """The whole run as predicted when the job first started (for the prediction error)."""
+    held_gpus: float = 0.0
+    """GPU-equivalents it holds: a partition counts its share of the GPU (rule 12)."""
     waited_by_cause: dict[str, float] = field(default_factory=dict)
     """Seconds waited per cause (explain.WaitCause), each from the cycle that gave it."""
     cause: tuple[str, float] | None = None
@@ -72,50 +74,56 @@ class Timeline:
     """State after each simulated instant, as parallel columns (a step function in time)."""
 
     times: list[float] = field(default_factory=list)
-    allocated_by_tier: dict[str, list[int]] = field(default_factory=dict)
+    allocated_by_tier: dict[str, list[float]] = field(default_factory=dict)
+    """GPU-equivalents held per tier (a partition counts its share of its GPU)."""
     pending_jobs: list[int] = field(default_factory=list)
-    demand: list[int] = field(default_factory=list)
-    """Devices held plus devices still wanted by waiting jobs."""
-    partial_held: list[int] = field(default_factory=list)
+    demand: list[float] = field(default_factory=list)
+    """GPU-equivalents held plus those still wanted by waiting jobs."""
+    partial_held: list[float] = field(default_factory=list)
     """Devices held by gangs that are not complete (idle until their last replica starts)."""
-    held_by_tenant: dict[str, list[int]] = field(default_factory=dict)
+    held_by_tenant: dict[str, list[float]] = field(default_factory=dict)
     wanted_by_tenant: dict[str, list[int]] = field(default_factory=dict)
     """Devices still wanted by each tenant's waiting jobs (its demand beyond what it holds)."""
+    largest_gang: list[int] = field(default_factory=list)
+    """Devices of the largest gang of whole-node replicas that could be placed: the nodes no
+    job holds anything on (not a GPU, not a partition) times their GPUs."""
 
     def append(
         self,
         time: float,
         *,
-        allocated: dict[str, int],
+        allocated: dict[str, float],
         pending: int,
-        demand: int,
-        partial_held: int,
-        held_by_tenant: dict[str, int],
+        demand: float,
+        partial_held: float,
+        held_by_tenant: dict[str, float],
         wanted_by_tenant: dict[str, int],
+        largest_gang: int = 0,
     ) -> None:
-        columns = [
-            *self.allocated_by_tier.values(),
-            *self.held_by_tenant.values(),
-            *self.wanted_by_tenant.values(),
-        ]
+        columns = [*self.allocated_by_tier.values(), *self.held_by_tenant.values()]
         if self.times and self.times[-1] == time:
             self.times.pop()
             for column in columns:
                 column.pop()
+            for wanted_column in self.wanted_by_tenant.values():
+                wanted_column.pop()
             self.pending_jobs.pop()
             self.demand.pop()
             self.partial_held.pop()
+            self.largest_gang.pop()
         self.times.append(time)
         for values, table in (
             (allocated, self.allocated_by_tier),
             (held_by_tenant, self.held_by_tenant),
-            (wanted_by_tenant, self.wanted_by_tenant),
         ):
             for name, count in values.items():
-                table.setdefault(name, [0] * (len(self.times) - 1)).append(count)
+                table.setdefault(name, [0.0] * (len(self.times) - 1)).append(count)
+        for name, wanted in wanted_by_tenant.items():
+            self.wanted_by_tenant.setdefault(name, [0] * (len(self.times) - 1)).append(wanted)
         self.pending_jobs.append(pending)
         self.demand.append(demand)
         self.partial_held.append(partial_held)
+        self.largest_gang.append(largest_gang)
 
 
 @dataclass(slots=True)
@@ -138,4 +146,6 @@ class Outcome:
     gang_start_failures: int = 0
     """Partial gangs torn down because their last replica did not start in time."""
     deadlocks: int = 0
+    counter_overcommits: int = 0
+    """Admissions that left a GPU's shared counters over-committed (rule 12): must stay 0."""
     wall_s: float = 0.0

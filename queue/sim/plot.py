@@ -28,7 +28,7 @@ def _panel(axes: Axes, outcome: Outcome, *, queue_top: int) -> None:
     timeline = outcome.timeline
     days = [t / DAY for t in timeline.times]
     capacity = outcome.trace.cluster.capacity
-    base = [0] * len(days)
+    base = [0.0] * len(days)
     for tier, column in timeline.allocated_by_tier.items():
         top = [b + c for b, c in zip(base, column, strict=True)]
         axes.fill_between(

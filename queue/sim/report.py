@@ -56,7 +56,7 @@ def fluid_bound(trace: Trace) -> float:
         served = min(backlog, capacity * (job.arrival_s - clock))
         done, backlog, clock = done + served, backlog - served, job.arrival_s
         run_s = job.run_s if job.run_s is not None else trace.horizon_s
-        backlog += job.device_count * min(run_s, trace.horizon_s - job.arrival_s)
+        backlog += job.gpus * min(run_s, trace.horizon_s - job.arrival_s)
     done += min(backlog, capacity * (trace.horizon_s - clock))
     return done / (capacity * trace.horizon_s)
 
@@ -239,9 +239,30 @@ def summarize(outcome: Outcome) -> dict[str, Any]:
         "jobs": len(records),
         "never_started": sum(1 for r in records if r.first_started_at is None),
         "finished": sum(1 for r in records if r.finished_at is not None),
+        "slice_jobs": sum(1 for r in records if r.job.slice is not None),
+        "counter_overcommits": outcome.counter_overcommits,
+        **_largest_gang(outcome.timeline, horizon=trace.horizon_s),
         "cycles": outcome.cycles,
         "wall_s": outcome.wall_s,
     }
+
+
+def _largest_gang(timeline: Timeline, *, horizon: float) -> dict[str, float | int | None]:
+    """The largest gang of whole-node replicas placeable over time: its time-weighted mean and
+    its minimum (devices), so small work that breaks whole nodes shows."""
+    sizes = timeline.largest_gang
+    if not sizes:
+        return {"largest_gang_mean": None, "largest_gang_min": None}
+    ends = [*timeline.times[1:], max(horizon, timeline.times[-1])]
+    spans = [end - start for start, end in zip(timeline.times, ends, strict=True)]
+    total = sum(spans)
+    mean = sum(s * w for s, w in zip(sizes, spans, strict=True)) / total if total > 0 else None
+    return {"largest_gang_mean": mean, "largest_gang_min": min(sizes)}
+
+
+def _largest(summary: Mapping[str, Any]) -> str:
+    mean, low = summary["largest_gang_mean"], summary["largest_gang_min"]
+    return "-" if mean is None else f"{mean:.1f} / {low}"
 
 
 def _hours(seconds: Any) -> str:
@@ -305,6 +326,11 @@ def _rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
                 f"{figures['count']} (max {_hours(figures['max_s'])})",
             )
             for cause, figures in summary["reservation_slips"].items()
+        ),
+        ("largest placeable gang, mean / min", _largest(summary)),
+        (
+            "slice jobs / counter over-commits",
+            f"{summary['slice_jobs']} / {summary['counter_overcommits']}",
         ),
         ("jobs never started", str(summary["never_started"])),
         ("cycles", str(summary["cycles"])),

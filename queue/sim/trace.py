@@ -26,6 +26,9 @@ from gangq.queue.core.model import (
 )
 
 TIER_NAMES = tuple(tier.name for tier in DEFAULT_TIERS)
+SLICE_PROFILES = {"1g.10gb": (10, 1, 7), "2g.20gb": (20, 2, 3), "3g.40gb": (40, 3, 2)}
+"""Partition profile -> (memory GiB, compute slices, partitions per GPU) of a 7-slice 80 GiB
+GPU, as NVIDIA's DRA driver publishes MIG devices of an H100 80GB."""
 DEFAULT_STARTUP_TIMEOUT_S = 600.0
 NO_TOPOLOGY = Topology()
 
@@ -40,6 +43,9 @@ class ClusterSpec:
     numa_per_node: int = 2
     product_name: str = "NVIDIA H100 80GB HBM3"
     device_class: str = "gpu.nvidia.com"
+    partitioned_nodes: int = 0
+    """The first nodes also publish each GPU as MIG-like partitions (`SLICE_PROFILES`), all
+    consuming the GPU's shared counters: slice jobs run there."""
 
     @property
     def capacity(self) -> int:
@@ -69,10 +75,21 @@ class TraceJob:
     family: str | None = None
     """Runs of one family are alike (prediction history); None: the name without its
     numeric suffix (`prediction.family_of`)."""
+    slice: str | None = None
+    """A slice job: its devices are partitions of this profile (`SLICE_PROFILES`), not GPUs."""
 
     @property
     def device_count(self) -> int:
         return self.replicas * self.devices_per_replica
+
+    @property
+    def gpus(self) -> float:
+        """GPU-equivalents it holds when running: a partition counts its largest share of the
+        GPU's counters (memory or compute slices), as quotas count it."""
+        if self.slice is None:
+            return float(self.device_count)
+        memory, slices, _ = SLICE_PROFILES[self.slice]
+        return self.device_count * max(memory / 80, slices / 7)
 
     @property
     def shape(self) -> str:
@@ -112,6 +129,7 @@ class _Cluster(_Model):
     numa_per_node: int = pydantic.Field(2, gt=0, alias="numaPerNode")
     product_name: str = pydantic.Field("NVIDIA H100 80GB HBM3", alias="productName")
     device_class: str = pydantic.Field("gpu.nvidia.com", min_length=1, alias="deviceClass")
+    partitioned_nodes: int = pydantic.Field(0, ge=0, alias="partitionedNodes")
 
 
 class _Tenant(_Model):
@@ -151,6 +169,7 @@ class _Job(_Model):
         None, gt=0, allow_inf_nan=False, alias="checkpointInterval"
     )
     family: str | None = pydantic.Field(None, min_length=1)
+    slice: Literal["1g.10gb", "2g.20gb", "3g.40gb"] | None = None
 
 
 class _Header(_Model):
@@ -196,6 +215,7 @@ def _job(raw: _Job, *, index: int) -> TraceJob:
         startup_timeout_s=raw.startup_timeout,
         checkpoint_interval_s=raw.checkpoint_interval,
         family=raw.family,
+        slice=raw.slice,
     )
 
 
@@ -207,7 +227,13 @@ def _assemble(header: _Header, jobs: Iterable[TraceJob], *, source: str) -> Trac
         numa_per_node=header.cluster.numa_per_node,
         product_name=header.cluster.product_name,
         device_class=header.cluster.device_class,
+        partitioned_nodes=header.cluster.partitioned_nodes,
     )
+    if cluster.partitioned_nodes > cluster.nodes:
+        raise InvalidInputError(
+            f"{source}: cluster.partitionedNodes {cluster.partitioned_nodes} > nodes "
+            f"{cluster.nodes}"
+        )
     if cluster.racks > cluster.nodes:
         raise InvalidInputError(f"{source}: cluster.racks {cluster.racks} > nodes {cluster.nodes}")
     quotas = tuple(
@@ -260,6 +286,10 @@ def _check_jobs(
             raise InvalidInputError(f"{where}: tenant {job.tenant} is not in 'tenants'")
         if quota.allowed_tiers and job.tier not in quota.allowed_tiers:
             raise InvalidInputError(f"{where}: tenant {job.tenant} may not use tier {job.tier}")
+        if job.slice is not None and (job.replicas > 1 or not cluster.partitioned_nodes):
+            raise InvalidInputError(
+                f"{where}: a slice job has one replica and needs cluster.partitionedNodes"
+            )
         if job.device_count > quota.nominal + quota.borrowing_limit:
             raise InvalidInputError(
                 f"{where}: needs {job.device_count} devices, tenant {job.tenant} may use at most "

@@ -102,6 +102,7 @@ async def _write_admissions(
     admissions: Sequence[model.Admission],
     *,
     queued: dict[model.JobKey, snapshot.JobColumns],
+    inventory: model.Inventory,
     now: float,
     actor: str,
 ) -> None:
@@ -109,7 +110,10 @@ async def _write_admissions(
         return
     at = timestamps.to_datetime(now)
     await reservations.reserve(
-        session, [(queued[a.job].id, a.placement) for a in admissions], at=at
+        session,
+        [(queued[a.job].id, a.placement) for a in admissions],
+        at=at,
+        inventory=inventory,
     )
     job_ids = [queued[admission.job].id for admission in admissions]
     result = await session.execute(
@@ -300,7 +304,14 @@ async def cycle_in_transaction(
     await leader.fence(session, epoch)
     loaded = await snapshot.load(session, inventory, now=now, estimator=estimator)
     result = cycle.run_cycle(snapshot=loaded.snapshot, policy=policy, now=now, matcher=matcher)
-    await _write_admissions(session, result.admissions, queued=loaded.pending, now=now, actor=actor)
+    await _write_admissions(
+        session,
+        result.admissions,
+        queued=loaded.pending,
+        inventory=inventory,
+        now=now,
+        actor=actor,
+    )
     await _write_preemptions(
         session, result.preemptions, holding=loaded.holding, now=now, actor=actor
     )

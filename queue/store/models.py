@@ -27,7 +27,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 QUEUED: Final = "Queued"
@@ -190,20 +190,46 @@ class ReservationRow(Base):
     device: Mapped[str] = mapped_column(Text)
     reserved_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    share_id: Mapped[str | None] = mapped_column(UUID(as_uuid=False))
+    """A share of a multi-allocatable device: the claim's `shareID`; NULL: held whole."""
+    consumed: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """A share's capacity, `{"capacity": [amount, capacity]}` in thousandths."""
+    counters: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """Shared counters the device consumes, `{"driver/pool/set": {"counter": [amount,
+    total]}}` in thousandths; NULL when it consumes none."""
+    equivalent: Mapped[int] = mapped_column(Integer, server_default=text("1000"))
+    """GPU-equivalents the row counts for in quotas and usage, in thousandths."""
 
     __table_args__ = (
         CheckConstraint("replica >= 0", name="replica_not_negative"),
         CheckConstraint(
             "released_at IS NULL OR released_at >= reserved_at", name="interval_ordered"
         ),
-        # PRODUCT rule 1, enforced by the database: one active reservation per device.
+        CheckConstraint("equivalent > 0 AND equivalent <= 1000", name="equivalent_bounded"),
+        CheckConstraint("(share_id IS NULL) = (consumed IS NULL)", name="share_has_consumed"),
+        # PRODUCT rule 1, enforced by the database: one active exclusive reservation per device.
+        # Counters and shares (rule 12) are summed by the trigger `reservations_fit`
+        # (migration 0004): no index can hold a sum.
         Index(
             "uq_reservations_active_device",
             "driver",
             "pool",
             "device",
             unique=True,
-            postgresql_where=text("released_at IS NULL"),
+            postgresql_where=text("released_at IS NULL AND share_id IS NULL"),
+        ),
+        Index(
+            "ix_reservations_active_shares",
+            "driver",
+            "pool",
+            "device",
+            postgresql_where=text("released_at IS NULL AND share_id IS NOT NULL"),
+        ),
+        Index(
+            "ix_reservations_active_counters",
+            "counters",
+            postgresql_using="gin",
+            postgresql_where=text("released_at IS NULL AND counters IS NOT NULL"),
         ),
         Index("ix_reservations_active_job", "job_id", postgresql_where=text("released_at IS NULL")),
         Index("ix_reservations_interval", "reserved_at", "released_at"),

@@ -8,7 +8,9 @@ Released rows are kept: their intervals are the usage record.
 
 from __future__ import annotations
 
+import json
 import re
+import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -18,20 +20,29 @@ from sqlalchemy import select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gangq.queue.core import model
+from gangq.queue.core import model, sharing
 from gangq.queue.core.device import DeviceId, device_id
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.store.errors import ConflictError
 from gangq.queue.store.models import JobRow, ReservationRow
 
 ACTIVE_DEVICE_INDEX = "uq_reservations_active_device"
+FIT_CHECK = "reservations_fit"
+"""The trigger (migration 0004) refusing counter and capacity over-commits (rule 12)."""
 RESERVE = text(
     """
-    INSERT INTO reservations (job_id, replica, node, driver, pool, device, reserved_at)
-    SELECT u.job_id, u.replica, u.node, u.driver, u.pool, u.device, :at
+    INSERT INTO reservations (job_id, replica, node, driver, pool, device, reserved_at,
+                              share_id, consumed, counters, equivalent)
+    SELECT u.job_id, u.replica, u.node, u.driver, u.pool, u.device, :at,
+           CAST(u.share_id AS uuid), CAST(u.consumed AS jsonb), CAST(u.counters AS jsonb),
+           u.equivalent
     FROM unnest(CAST(:job_ids AS bigint[]), CAST(:replicas AS integer[]),
                 CAST(:nodes AS text[]), CAST(:drivers AS text[]), CAST(:pools AS text[]),
-                CAST(:devices AS text[])) AS u(job_id, replica, node, driver, pool, device)
+                CAST(:devices AS text[]), CAST(:share_ids AS text[]),
+                CAST(:consumed AS text[]), CAST(:counters AS text[]),
+                CAST(:equivalents AS integer[]))
+         AS u(job_id, replica, node, driver, pool, device, share_id, consumed, counters,
+              equivalent)
     """
 )
 _DUPLICATE_DETAIL = re.compile(r"\(driver, pool, device\)=\((?P<device>[^)]*)\)")
@@ -48,6 +59,9 @@ def split_device_id(device: DeviceId) -> tuple[str, str, str]:
 
 def conflict_from(error: IntegrityError) -> ConflictError | None:
     """A clear error for a broken reservation constraint, or None for other violations."""
+    if FIT_CHECK in str(getattr(getattr(error.orig, "__cause__", None), "constraint_name", "")):
+        message = str(getattr(error.orig, "__cause__", error.orig))
+        return ConflictError(f"{message}: another job holds it")
     if ACTIVE_DEVICE_INDEX not in str(error.orig):
         return None
     detail = str(getattr(getattr(error.orig, "__cause__", None), "detail", "") or "")
@@ -56,34 +70,87 @@ def conflict_from(error: IntegrityError) -> ConflictError | None:
     return ConflictError(f"device {device} is already reserved by another job (rule 1)")
 
 
+def _parts(
+    device_id: DeviceId, consumed: sharing.Consumed | None, inventory: model.Inventory
+) -> tuple[str | None, str | None, str | None, int]:
+    """What one row holds besides the device: share id and capacity of a share, counters the
+    device consumes (each with its total, so the database can sum them) and GPU-equivalents."""
+    device = inventory.devices.get(device_id)
+    if device is None:
+        return None, None, None, sharing.WHOLE
+    counters = None
+    if device.consumes:
+        counters = json.dumps(
+            {
+                set_id: {
+                    name: [amount, inventory.counters.get(set_id, {}).get(name, 0)]
+                    for name, amount in amounts.items()
+                }
+                for set_id, amounts in device.consumes
+            },
+            sort_keys=True,
+        )
+    share_id = shared = None
+    if consumed is not None:
+        share_id = str(uuid.uuid4())
+        shared = json.dumps(
+            {name: [amount, device.capacity.get(name, 0)] for name, amount in consumed},
+            sort_keys=True,
+        )
+    return (
+        share_id,
+        shared,
+        counters,
+        sharing.rounded_up(sharing.equivalent(device, consumed or (), inventory.counters)),
+    )
+
+
 async def reserve(
     session: AsyncSession,
     placements: Sequence[tuple[int, Sequence[model.ReplicaPlacement]]],
     *,
     at: datetime,
+    inventory: model.Inventory,
 ) -> None:
-    """Reserve every device of these (job id, placement) pairs in one statement.
+    """Reserve every device of these (job id, placement) pairs in one statement; each row says
+    which counters and capacity it holds, as `inventory` publishes them.
 
-    A device already held by an active reservation raises ConflictError naming it.
+    A device already held by an active reservation, or a counter or capacity it would
+    over-commit, raises ConflictError naming it.
     """
     columns: dict[str, list[object]] = {
-        "job_ids": [],
-        "replicas": [],
-        "nodes": [],
-        "drivers": [],
-        "pools": [],
-        "devices": [],
+        key: []
+        for key in (
+            "job_ids",
+            "replicas",
+            "nodes",
+            "drivers",
+            "pools",
+            "devices",
+            "share_ids",
+            "consumed",
+            "counters",
+            "equivalents",
+        )
     }
     for job_id, placement in placements:
         for replica in placement:
+            shares = {share.device: share.consumed for share in replica.shares}
             for device in replica.devices:
                 driver, pool, name = split_device_id(device)
+                share_id, consumed, counters, equivalent = _parts(
+                    device, shares.get(device), inventory
+                )
                 columns["job_ids"].append(job_id)
                 columns["replicas"].append(replica.replica)
                 columns["nodes"].append(replica.node)
                 columns["drivers"].append(driver)
                 columns["pools"].append(pool)
                 columns["devices"].append(name)
+                columns["share_ids"].append(share_id)
+                columns["consumed"].append(consumed)
+                columns["counters"].append(counters)
+                columns["equivalents"].append(equivalent)
     if not columns["job_ids"]:
         return
     try:
@@ -126,19 +193,32 @@ async def active_by_job(
         ReservationRow.driver,
         ReservationRow.pool,
         ReservationRow.device,
+        ReservationRow.share_id,
+        ReservationRow.consumed,
     ).where(ReservationRow.released_at.is_(None))
     if job_ids is not None:
         query = query.where(ReservationRow.job_id.in_(list(job_ids)))
-    replicas: dict[int, dict[int, tuple[str, list[DeviceId]]]] = defaultdict(dict)
-    for job_id, replica, node, driver, pool, name in await session.execute(query):
-        entry = replicas[job_id].setdefault(replica, (node or "", []))
-        entry[1].append(device_id(driver, pool, name))
+    replicas: dict[int, dict[int, tuple[str, list[DeviceId], list[model.Share]]]] = defaultdict(
+        dict
+    )
+    for job_id, replica, node, driver, pool, name, share_id, consumed in await session.execute(
+        query
+    ):
+        entry = replicas[job_id].setdefault(replica, (node or "", [], []))
+        device = device_id(driver, pool, name)
+        entry[1].append(device)
+        if share_id is not None:
+            amounts = tuple(sorted((key, int(value[0])) for key, value in (consumed or {}).items()))
+            entry[2].append(model.Share(device, amounts, str(share_id)))
     return {
         job_id: tuple(
             model.ReplicaPlacement(
-                replica=replica, node=model.NodeName(node), devices=tuple(sorted(devices))
+                replica=replica,
+                node=model.NodeName(node),
+                devices=tuple(sorted(devices)),
+                shares=tuple(sorted(shares)),
             )
-            for replica, (node, devices) in sorted(per_replica.items())
+            for replica, (node, devices, shares) in sorted(per_replica.items())
         )
         for job_id, per_replica in replicas.items()
     }

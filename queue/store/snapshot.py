@@ -107,6 +107,7 @@ def pending_job(
         device_class=row.device_class,
         selectors=stored.selectors,
         constraints=stored.constraints,
+        capacity_requests=stored.capacity_requests,
         topology=stored.topology,
         pod=stored.pod,
         submitted_at=timestamps.to_unix(row.submitted_at),

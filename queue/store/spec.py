@@ -1,8 +1,8 @@
 """The JSON form of a job's scheduling spec, kept in `jobs.spec`.
 
 Owns the translation of the parts of `PendingJob` that are not columns of their own (selectors,
-constraints, topology, pod requirements) into JSON and back. A stored value that cannot be read
-back is reported as invalid input, never guessed at.
+constraints, capacity requests, topology, pod requirements) into JSON and back. A stored value
+that cannot be read back is reported as invalid input, never guessed at.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from gangq.queue.core.errors import InvalidInputError
 class JobSpec:
     selectors: tuple[str, ...]
     constraints: tuple[str, ...]
+    capacity_requests: tuple[tuple[str, int], ...]
     topology: model.Topology
     pod: model.PodRequirements
 
@@ -28,6 +29,7 @@ def encode(job: model.PendingJob) -> dict[str, Any]:
     return {
         "selectors": list(job.selectors),
         "constraints": list(job.constraints),
+        "capacity_requests": [list(pair) for pair in job.capacity_requests],
         "topology": {"key": job.topology.key, "mode": job.topology.mode.value},
         "pod": {
             "cpu_milli": pod.cpu_milli,
@@ -80,6 +82,9 @@ def parse(text: str) -> JobSpec:
         return JobSpec(
             selectors=tuple(raw.get("selectors", ())),
             constraints=tuple(raw.get("constraints", ())),
+            capacity_requests=tuple(
+                (str(name), int(amount)) for name, amount in raw.get("capacity_requests", ())
+            ),
             topology=_topology(raw),
             pod=_pod(raw.get("pod") or {}),
         )

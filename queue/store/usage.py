@@ -2,8 +2,11 @@
 
 Owns the chargeback query (a reservation counts for the part of its interval inside the report
 window; one still active counts until the window's end) and the preemption ledger (evictions by
-victim and preemptor, with the work each lost, from the `preempted` history entries). It must
-not read anything but the reservations, the events and the jobs they belong to.
+victim and preemptor, with the work each lost, from the `preempted` history entries). Hours are
+GPU-equivalent hours, the unit of quotas: each reservation row weighs by its `equivalent` (a
+whole device 1, a 1g.10gb partition of a 7-slice GPU 1/7 rounded up to the thousandth, a
+quarter share 0.25). It must not read anything but the reservations, the events and the jobs
+they belong to.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ DEVICE_HOURS = text(
     """
     SELECT j.tenant, j.tier, j.device_class,
            COUNT(DISTINCT j.id) AS jobs,
-           SUM(EXTRACT(EPOCH FROM
+           SUM(r.equivalent / 1000.0 * EXTRACT(EPOCH FROM
                LEAST(COALESCE(r.released_at, :until), :until) - GREATEST(r.reserved_at, :since)
            )) / 3600.0 AS device_hours
     FROM reservations r JOIN jobs j ON j.id = r.job_id

@@ -154,8 +154,29 @@ async def test_the_inventory_rebuilds_only_the_parts_whose_kind_changed(
         ({"replicas": 0}, "spec.replicas: Input should be greater than or equal to 1"),
         ({"devicesPerReplica": "many"}, "spec.devicesPerReplica: Input should be a valid integer"),
         ({"topology": {"key": "rack", "mode": "Sometimes"}}, "spec.topology.mode: Input should be"),
+        (
+            {"capacity": {"requests": {"memory": "-1Gi"}}},
+            "spec.capacity.requests.memory: '-1Gi' must be more than zero",
+        ),
+        (
+            {"capacity": {"requests": {"memory": "ten gigs"}}},
+            "spec.capacity.requests.memory: quantity 'ten gigs': expected a number",
+        ),
+        (
+            {"capacity": {"requests": {"GPU Memory": "1Gi"}}},
+            "spec.capacity.requests.GPU Memory: a capacity name is a C identifier",
+        ),
+        ({"capacity": {"requests": {}}}, "spec.capacity.requests: Dictionary should have at least"),
     ],
-    ids=["zero-replicas", "text-count", "unknown-topology-mode"],
+    ids=[
+        "zero-replicas",
+        "text-count",
+        "unknown-topology-mode",
+        "negative-share",
+        "unreadable-share",
+        "bad-capacity-name",
+        "empty-requests",
+    ],
 )
 def test_converter_names_the_field_that_is_wrong(spec: dict[str, object], message: str) -> None:
     job = training_job("bad")
@@ -173,6 +194,13 @@ def test_converter_builds_the_queue_entry() -> None:
     assert pending.topology.mode.value == "Required"
     assert pending.pod.cpu_milli == 1000
     assert pending.submitted_at == 1767225600.0
+    assert pending.capacity_requests == ()
+    job["spec"]["capacity"] = {"requests": {"memory": "10Gi", "gpu.nvidia.com/cores": 2}}
+    shared = trainingjob.pending_job(job, tenant="ml-train")
+    assert shared.capacity_requests == (
+        ("gpu.nvidia.com/cores", 2000),
+        ("memory", 10 * 2**30 * 1000),
+    )
     with pytest.raises(InvalidInputError, match=r"has no gangq\.dev/tenant label"):
         trainingjob.pending_job(job, tenant=None)
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import asyncpg
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.queue.core import model
-from gangq.queue.core.device import Device, DeviceId, device_id
+from gangq.queue.core.device import CounterSetId, Device, DeviceId, counter_set_id, device_id
 from gangq.queue.store import reservations, timestamps
 from gangq.queue.store.models import JobRow
 
@@ -116,6 +117,10 @@ def inventory(nodes: int = 2, *, devices_per_node: int = 8) -> model.Inventory:
     )
 
 
+EMPTY = model.Inventory()
+GIB = 2**30 * 1000
+"""No devices published: reservations of plain devices."""
+
 POLICY = model.Policy(managed_device_classes=("gpu.nvidia.com",))
 
 
@@ -141,8 +146,10 @@ async def hold(
     *placements: model.ReplicaPlacement,
     at: float,
     phase: str = "Admitted",
+    inventory: model.Inventory = EMPTY,
 ) -> None:
-    """Give a queued job devices the way an admission does, without running a cycle."""
+    """Give a queued job devices the way an admission does, without running a cycle; devices
+    that `inventory` publishes say which counters and capacity they hold."""
     namespace, name = key.split("/")
     job_id = await session.scalar(
         select(JobRow.id).where(
@@ -151,7 +158,37 @@ async def hold(
     )
     assert job_id is not None, f"no queued job {key}"
     instant = timestamps.to_datetime(at)
-    await reservations.reserve(session, [(job_id, placements)], at=instant)
+    await reservations.reserve(session, [(job_id, placements)], at=instant, inventory=inventory)
     await session.execute(
         update(JobRow).where(JobRow.id == job_id).values(phase=phase, admitted_at=instant)
     )
+
+
+PROFILE = 'device.attributes["gpu.nvidia.com"].profile == "{}"'
+"""A job selector on the partition profile, as a TrainingJob writes it."""
+
+
+def partitioned_inventory(nodes: int = 1, *, gpus: int = 2) -> model.Inventory:
+    """`nodes` nodes of `gpus` GPUs, each published whole (profile `whole`) and as seven
+    1g.10gb partitions (profile `1g.10gb`), all consuming the GPU's counter set."""
+    base = inventory(nodes, devices_per_node=0)
+    devices: dict[DeviceId, Device] = {}
+    counters: dict[CounterSetId, dict[str, int]] = {}
+    for node in base.nodes:
+        for number in range(gpus):
+            counter_set = counter_set_id("gpu.nvidia.com", node, f"gpu-{number}-cs")
+            counters[counter_set] = {"memory": 80 * GIB, "slices": 7000}
+            shapes = [("whole", f"gpu-{number}", 80, 7)] + [
+                ("1g.10gb", f"gpu-{number}-mig-{part}", 10, 1) for part in range(7)
+            ]
+            for profile, name, memory, slices in shapes:
+                device = Device(
+                    driver="gpu.nvidia.com",
+                    pool=node,
+                    name=name,
+                    node=node,
+                    attributes={"gpu.nvidia.com/profile": profile},
+                    consumes=((counter_set, {"memory": memory * GIB, "slices": slices * 1000}),),
+                )
+                devices[device.id] = device
+    return dataclasses.replace(base, devices=devices, counters=counters)

@@ -17,7 +17,17 @@ from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.store import admission, database, jobs, leader, tenants
 from gangq.queue.store.errors import NotLeaderError, StoreError
 
-from .samples import POLICY, T0, hold, inventory, job, placement, quota, until_blocked
+from .samples import (
+    POLICY,
+    PROFILE,
+    T0,
+    hold,
+    inventory,
+    job,
+    placement,
+    quota,
+    until_blocked,
+)
 
 Sessions = async_sessionmaker[AsyncSession]
 
@@ -25,6 +35,14 @@ DOUBLE_RESERVED = text(
     "SELECT driver, pool, device FROM reservations WHERE released_at IS NULL "
     "GROUP BY driver, pool, device HAVING count(*) > 1"
 )
+COUNTERS_OVERCOMMITTED = text(
+    """
+    SELECT s.key, c.key FROM reservations r, jsonb_each(r.counters) s, jsonb_each(s.value) c
+    WHERE r.released_at IS NULL
+    GROUP BY s.key, c.key HAVING sum((c.value->>0)::numeric) > min((c.value->>1)::numeric)
+    """
+)
+HELD_DEVICES = text("SELECT pool || '/' || device FROM reservations WHERE released_at IS NULL")
 RESERVED_PER_JOB = text(
     "SELECT j.namespace || '/' || j.name, j.replicas * j.devices_per_replica, count(r.id) "
     "FROM jobs j LEFT JOIN reservations r ON r.job_id = j.id AND r.released_at IS NULL "
@@ -153,9 +171,10 @@ sys.path.insert(0, sys.argv[1])
 import asyncpg
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.store import admission, database
-from store.samples import POLICY, T0, inventory
+from store.samples import POLICY, T0, inventory, partitioned_inventory
 
-async def main(url, epoch):
+async def main(url, epoch, partitioned):
+    cluster = partitioned_inventory(2) if partitioned else inventory(3)
     gate = await asyncpg.connect(database.libpq_url(url))
     await gate.execute("SELECT pg_advisory_lock_shared(4242)")  # the test opens the gate
     engine = database.create_engine(url)
@@ -163,7 +182,7 @@ async def main(url, epoch):
     admitted = []
     for index in range(4):
         result = await admission.run(
-            sessions, inventory(3), policy=POLICY, now=T0 + 30 + index, matcher=DeviceMatcher(),
+            sessions, cluster, policy=POLICY, now=T0 + 30 + index, matcher=DeviceMatcher(),
             epoch=epoch,
         )
         admitted += [a.job for a in result.admissions]
@@ -171,22 +190,40 @@ async def main(url, epoch):
     await gate.close()
     print(json.dumps(admitted))
 
-asyncio.run(main(sys.argv[2], int(sys.argv[3])))
+asyncio.run(main(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "partitioned"))
 """
 
 
-async def test_two_controller_processes_never_double_reserve(
-    database_url: str, session_factory: Sessions
-) -> None:
-    """Two OS processes that both believe they lead (same epoch) run cycles at the same time."""
+def _gangs() -> list[model.PendingJob]:
     shapes = [(1, 1), (1, 3), (2, 2), (1, 8), (2, 4), (1, 5)]
-    await _setup(
-        session_factory,
-        *(
-            job(f"ml-train/j{i}", replicas=r, devices_per_replica=d, submitted_at=T0 + i)
-            for i, (r, d) in enumerate(shapes * 4)
-        ),
-    )
+    return [
+        job(f"ml-train/j{i}", replicas=r, devices_per_replica=d, submitted_at=T0 + i)
+        for i, (r, d) in enumerate(shapes * 4)
+    ]
+
+
+def _slices() -> list[model.PendingJob]:
+    """Whole GPUs and 1g.10gb partitions of the same GPUs, interleaved."""
+    shapes = [("1g.10gb", 1, 1), ("whole", 1, 1), ("1g.10gb", 2, 3), ("whole", 2, 1)]
+    return [
+        job(
+            f"ml-train/s{i}",
+            replicas=r,
+            devices_per_replica=d,
+            submitted_at=T0 + i,
+            selectors=(PROFILE.format(profile),),
+        )
+        for i, (profile, r, d) in enumerate(shapes * 5)
+    ]
+
+
+@pytest.mark.parametrize("cluster", ["whole", "partitioned"])
+async def test_two_controller_processes_never_double_reserve(
+    database_url: str, session_factory: Sessions, cluster: str
+) -> None:
+    """Two OS processes that both believe they lead (same epoch) run cycles at the same time,
+    on whole GPUs or on GPUs published whole and as partitions (rules 1 and 12)."""
+    await _setup(session_factory, *(_slices() if cluster == "partitioned" else _gangs()))
     leadership, epoch = await _epoch(database_url)
     gate = await asyncpg.connect(database.libpq_url(database_url))
     await gate.execute("SELECT pg_advisory_lock(4242)")
@@ -198,6 +235,7 @@ async def test_two_controller_processes_never_double_reserve(
             str(TESTS_DIR),
             database_url,
             str(epoch),
+            cluster,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -221,7 +259,15 @@ async def test_two_controller_processes_never_double_reserve(
     assert len(admitted) == len(set(admitted)), "a job was admitted by both controllers"
     assert sorted(key for key, _, _ in rows) == sorted(admitted)
     assert all(wanted == held for _, wanted, held in rows), "a gang was placed partially"
-    assert sum(held for _, _, held in rows) <= 24
+    if cluster == "whole":
+        assert sum(held for _, _, held in rows) <= 24
+        return
+    async with session_factory() as session:
+        assert (await session.execute(COUNTERS_OVERCOMMITTED)).all() == []
+        held_devices = {d for (d,) in await session.execute(HELD_DEVICES)}
+    for gpu in {d.rsplit("-mig-", 1)[0] for d in held_devices}:
+        partitions = {d for d in held_devices if d.startswith(f"{gpu}-mig-")}
+        assert not (gpu in held_devices and partitions), f"{gpu} held whole and partitioned"
 
 
 async def test_a_connection_lost_mid_cycle_is_survived(
