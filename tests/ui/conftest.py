@@ -15,7 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, sync_playwright
-from ui_browser import CHROMIUM, RUN_CLI, SERVE_SECONDS, Demo, read_until_served
+
+from .ui_browser import CHROMIUM, RUN_CLI, SERVE_SECONDS, Demo, read_until_served
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ import httpx
 import pytest
 import yaml
 from playwright.sync_api import Browser, Page
-from ui_browser import Demo, open_page, screenshot, sign_in
+
+from .ui_browser import Demo, open_page, screenshot, sign_in
 
 pytestmark = pytest.mark.slow
 
