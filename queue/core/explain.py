@@ -7,7 +7,7 @@ part of the product (tests pin them). It must not decide anything: callers pass 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class ReasonCode(enum.StrEnum):
@@ -57,8 +57,9 @@ class PendingReason:
 
     code: ReasonCode
     message: str
-    cause: WaitCause | None = None
-    """Set by the core; a reason read back from the store keeps only code and message."""
+    cause: WaitCause | None = field(default=None, compare=False)
+    """Set by the core; a reason read back from the store keeps only code and message, so two
+    reasons are the same when those are."""
 
 
 def _plural(count: int, noun: str) -> str:
