@@ -29,7 +29,8 @@ class TierConfig(BaseModel):
     min_runtime_before_preemption_s: float = Field(
         default=0.0, ge=0, alias="minRuntimeBeforePreemptionSeconds"
     )
-    """A fresh gang of this tier is not preempted before it ran this long (anti-thrashing)."""
+    """A fresh gang of this tier is not preempted before it ran this long (anti-thrashing),
+    except by a tier that always preempts."""
     long_running: bool = Field(default=False, alias="longRunning")
     """Serving tiers never finish by themselves: failed pods restart in place, replicas scale."""
     preemption_delay_s: float = Field(default=0.0, ge=0, alias="preemptionDelaySeconds")

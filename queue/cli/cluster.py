@@ -23,6 +23,20 @@ def register(subparsers: Any) -> None:
     up.add_argument(
         "--racks", type=int, default=2, help="racks the nodes are spread over (default 2)"
     )
+    up.add_argument(
+        "--partitioned-nodes",
+        type=int,
+        default=0,
+        help="of the nodes, how many publish each GPU whole and as MIG-like partitions "
+        "(class partition.<driver>; default 0)",
+    )
+    up.add_argument(
+        "--shared-nodes",
+        type=int,
+        default=0,
+        help="of the nodes, how many publish GPUs that several claims share by memory and "
+        "multiprocessors (class shared.<driver>; default 0)",
+    )
     up.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     up.add_argument(
         "--kubeconfig",
@@ -62,6 +76,14 @@ def _check(args: argparse.Namespace) -> None:
     for name in ("nodes", "gpus_per_node", "racks"):
         if getattr(args, name) < 1:
             raise InvalidInputError(f"--{name.replace('_', '-')} must be at least 1")
+    for name in ("partitioned_nodes", "shared_nodes"):
+        if getattr(args, name) < 0:
+            raise InvalidInputError(f"--{name.replace('_', '-')} must not be negative")
+    if args.partitioned_nodes + args.shared_nodes > args.nodes:
+        raise InvalidInputError(
+            "--partitioned-nodes plus --shared-nodes must not exceed --nodes "
+            f"({args.partitioned_nodes} + {args.shared_nodes} > {args.nodes})"
+        )
     if args.watch_window is not None and args.watch_window < 1:
         raise InvalidInputError("--watch-window must be at least 1")
     if not 0 <= args.port <= 65535:
@@ -75,7 +97,13 @@ async def _serve(args: argparse.Namespace) -> None:
     from gangq.queue.kubesim.cluster import Inventory
     from gangq.queue.kubesim.emulator import Emulator
 
-    inventory = Inventory(nodes=args.nodes, gpus_per_node=args.gpus_per_node, racks=args.racks)
+    inventory = Inventory(
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        racks=args.racks,
+        partitioned_nodes=args.partitioned_nodes,
+        shared_nodes=args.shared_nodes,
+    )
     emulator = Emulator(
         inventory=inventory,
         port=args.port,
@@ -87,9 +115,14 @@ async def _serve(args: argparse.Namespace) -> None:
         emulator.history_size = args.watch_window
     async with emulator as cluster:
         args.kubeconfig.write_text(yaml.safe_dump(cluster.kubeconfig(), sort_keys=False))
+        split = (
+            f"; {args.partitioned_nodes} partitioned, {args.shared_nodes} shared"
+            if args.partitioned_nodes or args.shared_nodes
+            else ""
+        )
         print(
             f"kubesim serving {cluster.base_url} ({args.nodes} nodes x "
-            f"{args.gpus_per_node} GPUs, {args.racks} racks)"
+            f"{args.gpus_per_node} GPUs, {args.racks} racks{split})"
         )
         print(
             f"kubeconfig written to {args.kubeconfig}; "

@@ -30,12 +30,35 @@ WAITING_CODES = frozenset(
 """Reasons of jobs that wait for something that will come free: only those hold a position."""
 
 
+class WaitCause(enum.StrEnum):
+    """What a waiting job waits for, finer than its code: the simulator sums waits by cause
+    so a quota admin sees which rule a week's waits come from."""
+
+    LIMIT = "limit"
+    """The tenant's own quota (nominal + borrowing limit, or a tier it may not use)."""
+    OWED = "owed"
+    """A borrower leaves the free devices to tenants waiting within nominal."""
+    CAPACITY = "capacity"
+    BACKFILL = "backfill"
+    """Devices are free, but held for the reservation of a job ahead."""
+    EVICTING = "evicting"
+    """Victims are leaving; the job is admitted when they are gone."""
+    NOT_PAYING = "not-paying"
+    """An eviction would destroy more work than waiting costs."""
+    RECLAIM_PATIENCE = "reclaim-patience"
+    """A reclaim waits, bounded, for borrowed devices to come free by themselves."""
+    INVALID = "invalid"
+    UNSCHEDULABLE = "unschedulable"
+
+
 @dataclass(frozen=True, slots=True)
 class PendingReason:
     """Why a job is still pending; `message` starts with `code` and a colon."""
 
     code: ReasonCode
     message: str
+    cause: WaitCause | None = None
+    """Set by the core; a reason read back from the store keeps only code and message."""
 
 
 def _plural(count: int, noun: str) -> str:
@@ -59,18 +82,21 @@ def _short(name: str) -> str:
 
 
 def invalid(problem: str) -> PendingReason:
-    return PendingReason(ReasonCode.INVALID, f"invalid: {problem}")
+    return PendingReason(ReasonCode.INVALID, f"invalid: {problem}", WaitCause.INVALID)
 
 
 def unschedulable(problem: str) -> PendingReason:
     """`problem` says what would have to change for the job to ever run."""
-    return PendingReason(ReasonCode.UNSCHEDULABLE, f"unschedulable: {problem}")
+    return PendingReason(
+        ReasonCode.UNSCHEDULABLE, f"unschedulable: {problem}", WaitCause.UNSCHEDULABLE
+    )
 
 
 def tier_not_allowed(*, tenant: str, tier: str, allowed: tuple[str, ...]) -> PendingReason:
     return PendingReason(
         ReasonCode.QUOTA,
         f"quota: tenant {tenant} may not use tier {tier} (allowed: {', '.join(allowed)})",
+        WaitCause.LIMIT,
     )
 
 
@@ -82,6 +108,7 @@ def quota_exceeded(
         ReasonCode.QUOTA,
         f"quota: tenant {tenant} uses {used}/{nominal} nominal, borrowing limit "
         f"{borrowing_limit}, job needs {needed} {device_class}",
+        WaitCause.LIMIT,
     )
 
 
@@ -91,6 +118,7 @@ def owed(*, tenant: str, needed: int, free: int, owed: int, device_class: str) -
         ReasonCode.QUOTA,
         f"quota: tenant {tenant} would borrow, but {owed} of the {free} free {device_class} are "
         f"owed to tenants waiting within nominal, job needs {needed}",
+        WaitCause.OWED,
     )
 
 
@@ -116,7 +144,7 @@ def capacity(
         message = f"capacity: {need}, {usable} {'has' if usable == 1 else 'have'} them"
     if lacking_room:
         message += f" ({lacking_room} more lack cpu, memory or pod room)"
-    return PendingReason(ReasonCode.CAPACITY, message)
+    return PendingReason(ReasonCode.CAPACITY, message, WaitCause.CAPACITY)
 
 
 def _outlived_note(outlived: tuple[str, ...]) -> str:
@@ -139,6 +167,7 @@ def with_reserved_start(
         reason.code,
         f"{reason.message}; reserved start in {approximately(start_in_s)}"
         + _outlived_note(outlived),
+        reason.cause,
     )
 
 
@@ -147,6 +176,7 @@ def backfill(*, head: str, start_in_s: float, outlived: tuple[str, ...] = ()) ->
         ReasonCode.BACKFILL,
         f"backfill: waiting behind {head}, reserved start in {approximately(start_in_s)}"
         + _outlived_note(outlived),
+        WaitCause.BACKFILL,
     )
 
 
@@ -160,6 +190,7 @@ def preemption(*, victims: tuple[str, ...], lost_device_h: float = 0.0) -> Pendi
     return PendingReason(
         ReasonCode.PREEMPTION,
         f"preemption: waiting for {_plural(len(victims), 'gang')} to be evicted ({shown}){lost}",
+        WaitCause.EVICTING,
     )
 
 
@@ -173,6 +204,7 @@ def preemption_does_not_pay(
         ReasonCode.PREEMPTION,
         f"preemption: evicting {shown} loses {_device_hours(lost_device_h)}, more than "
         f"waiting costs ({waiting} by prediction)",
+        WaitCause.NOT_PAYING,
     )
 
 
@@ -183,6 +215,7 @@ def reclaim_patience(*, free_in_s: float | None, evict_in_s: float) -> PendingRe
         ReasonCode.PREEMPTION,
         f"preemption: reclaim waits: borrowed devices free {free} by prediction; evicting "
         f"borrowers after {approximately(evict_in_s)}",
+        WaitCause.RECLAIM_PATIENCE,
     )
 
 

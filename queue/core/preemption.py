@@ -57,9 +57,16 @@ def is_eligible(
 
 
 def _by_tier(victim: RunningJob, *, rights: Rights, tiers: Mapping[str, Tier], now: float) -> bool:
+    """A lower tier, once it ran its tier's minimum runtime. That protection against
+    thrashing does not hold against a tier that always preempts (serving): it takes the
+    cheapest victims, and a gang that has just started loses the least work, where a
+    protected one could leave it only gangs that ran for hours."""
     tier = tiers.get(victim.tier)
     rank = tier.rank if tier is not None else 0
     minimum = tier.min_runtime_before_preemption_s if tier is not None else 0.0
+    preemptor = tiers.get(rights.tier)
+    if preemptor is not None and preemptor.always_preempts:
+        minimum = 0.0
     if not rights.may_reclaim and victim.borrowed == 0 and victim.tenant != rights.job.tenant:
         return False
     return rank < rights.rank and now - victim.started_at >= minimum

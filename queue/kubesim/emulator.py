@@ -1,9 +1,9 @@
-"""The embedded cluster: API server, scheduler and kubelets in one process, on a local port.
+"""The embedded cluster: API server, scheduler, kubelets and controllers in one process.
 
-Owns wiring (storage, registry with every built-in strategy, faults, HTTP server), seeding
-the inventory, the background scheduler and kubelet tasks, and what clients need to connect (a
-kubernetes-asyncio `Configuration`, a kubeconfig). Use it as `async with Emulator() as cluster`.
-It must not add API behaviour of its own.
+Owns wiring (storage, registry with every built-in strategy, faults, HTTP server on a local
+port), seeding the inventory, the background scheduler, kubelet and device-taint-eviction
+tasks, and what clients need to connect (a kubernetes-asyncio `Configuration`, a kubeconfig).
+Use it as `async with Emulator() as cluster`. It must not add API behaviour of its own.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from aiohttp import web
 
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kubesim import cluster, kinds, status
+from gangq.queue.kubesim.devicetaints import DeviceTaintEviction
 from gangq.queue.kubesim.faults import Faults
 from gangq.queue.kubesim.kubelet import Kubelets
 from gangq.queue.kubesim.registry import Registry
@@ -63,10 +64,12 @@ def new_registry(*, history_size: int = WATCH_WINDOW) -> Registry:
 
 
 def seed(registry: Registry, inventory: cluster.Inventory) -> None:
-    registry.create(kinds.DEVICE_CLASSES, "", cluster.device_class(inventory))
+    for device_class in cluster.device_classes(inventory):
+        registry.create(kinds.DEVICE_CLASSES, "", device_class)
     for index in range(inventory.nodes):
         registry.create(kinds.NODES, "", cluster.node(inventory, index))
-        registry.create(kinds.RESOURCE_SLICES, "", cluster.resource_slice(inventory, index))
+        for resource_slice in cluster.resource_slices(inventory, index):
+            registry.create(kinds.RESOURCE_SLICES, "", resource_slice)
 
 
 def install_crd(registry: Registry, path: Path) -> None:
@@ -101,6 +104,7 @@ class Emulator:
     registry: Registry = field(init=False)
     scheduler: Scheduler = field(init=False)
     kubelets: Kubelets = field(init=False)
+    device_taints: DeviceTaintEviction = field(init=False)
     _runner: web.AppRunner | None = field(default=None, init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
 
@@ -133,6 +137,10 @@ class Emulator:
         if self.scheduling:
             self._tasks.append(asyncio.create_task(self.scheduler.run(), name="kubesim-scheduler"))
         self._tasks.append(asyncio.create_task(self.kubelets.run(), name="kubesim-kubelets"))
+        self.device_taints = DeviceTaintEviction(self.registry)
+        self._tasks.append(
+            asyncio.create_task(self.device_taints.run(), name="kubesim-device-taint-eviction")
+        )
         await asyncio.sleep(0)
         return self
 

@@ -40,7 +40,8 @@ def is_ready(node: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def _tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    """Node and device tolerations match taints the same way (operator Equal by default)."""
     for toleration in tolerations:
         if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
             continue
@@ -101,7 +102,7 @@ def reject_reason(
     if not is_ready(node) or (node.get("spec") or {}).get("unschedulable"):
         return "node(s) were unschedulable or not ready"
     for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(
             spec.get("tolerations") or [], taint
         ):
             return f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value', '')}}}"

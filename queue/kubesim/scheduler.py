@@ -3,8 +3,10 @@
 Owns the scheduling loop (woken by storage events), node choice (filters, then fewest pods),
 claim allocation through `allocation.py`, the DRA PostFilter that frees a claim pinned to a
 node the pod cannot use, the 1.36 PreBind refusal of allocations without allocationTimestamp,
-binding, and the resourceclaim controller's release of reservations when a pod is gone. It
-must not bypass the API rules: every write goes through the registry.
+binding and its `Scheduled` event, what a pending pod is told (the `Unschedulable` condition
+and FailedScheduling event in kube-scheduler's words, corpus 10-38), and the resourceclaim
+controller's release of reservations when a pod is gone. It must not bypass the API rules:
+every write goes through the registry.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any
 
 from gangq.queue.core.cel import DeviceMatcher
@@ -22,6 +25,10 @@ from gangq.queue.kubesim.storage import DELETED, Event
 from gangq.queue.kubesim.validation import pods
 
 SCHEDULER_NAME = "default-scheduler"
+CANNOT_ALLOCATE = "cannot allocate all claims"
+NOT_ON_NODE = "resourceclaim not available on the node"
+RESOLVABLE = ("Insufficient cpu", "Insufficient memory", "Too many pods")
+"""Filter failures preemption could cure (the others are UnschedulableAndUnresolvable)."""
 _RESYNC_SECONDS = 1.0
 log = logging.getLogger(__name__)
 
@@ -33,9 +40,9 @@ class _View:
     nodes: list[dict[str, Any]]
     used: dict[str, dict[str, int]]
     counts: dict[str, int]
-    devices: dict[str, list[Any]]
-    held: dict[allocation.DeviceKey, str]
-    classes: dict[str, dict[str, Any]]
+    devices: allocation.Usage
+    """What every allocation takes, including those this cycle made."""
+    context: allocation.Context
 
 
 @dataclass(eq=False)
@@ -123,15 +130,19 @@ class Scheduler:
                 for name, value in requests.items():
                     totals[name] += value
                 counts[node] = counts.get(node, 0) + 1
+        inventory = storage.derived(
+            kinds.RESOURCE_SLICES.key, "allocatable-devices", allocation.published
+        )
         return _View(
             nodes=[dict(node) for node in storage.items(kinds.NODES.key)],
             used=used,
             counts=counts,
-            devices=storage.derived(
-                kinds.RESOURCE_SLICES.key, "devices-by-node", allocation.devices_by_node
+            devices=allocation.usage(storage.items(kinds.RESOURCE_CLAIMS.key), inventory),
+            context=allocation.Context(
+                inventory=inventory,
+                classes={c["metadata"]["name"]: c for c in storage.items(kinds.DEVICE_CLASSES.key)},
+                matcher=self.matcher,
             ),
-            held=allocation.allocated_devices(storage.items(kinds.RESOURCE_CLAIMS.key)),
-            classes={c["metadata"]["name"]: c for c in storage.items(kinds.DEVICE_CLASSES.key)},
         )
 
     def _claims(self, pod: dict[str, Any]) -> list[dict[str, Any]] | str:
@@ -168,52 +179,48 @@ class Scheduler:
             if reason is not None:
                 rejected[name] = reason
                 continue
-            plan = self._plan(pod_claims, node, view)
+            trial = view.devices.child()
+            plan = self._plan(pod_claims, node, view, trial)
             if isinstance(plan, str):
                 rejected[name] = plan
                 continue
-            self._commit(pod, node, pod_claims, plan, view)
+            if self._commit(pod, node, pod_claims, plan, view):
+                trial.merge()
             return
         self._post_filter(pod_claims, rejected)
-        summary = (
-            ", ".join(sorted({f"{reason}" for reason in rejected.values()})) or "no nodes available"
-        )
-        self._pending(pod, f"0/{len(view.nodes)} nodes are available: {summary}.")
+        self._pending(pod, unschedulable_message(len(view.nodes), rejected))
 
     def _plan(
-        self, pod_claims: list[dict[str, Any]], node: dict[str, Any], view: _View
+        self,
+        pod_claims: list[dict[str, Any]],
+        node: dict[str, Any],
+        view: _View,
+        trial: allocation.Usage,
     ) -> dict[str, list[dict[str, Any]]] | str:
+        """New allocations for the pod's unallocated claims on this node (taken in `trial`),
+        or kube-scheduler's reason for rejecting the node."""
         plan: dict[str, list[dict[str, Any]]] = {}
-        held = dict(view.held)
         for claim in pod_claims:
             existing = (claim.get("status") or {}).get("allocation")
             if existing:
                 if not filters.matches_node_selector(existing.get("nodeSelector"), node):
-                    return "node(s) didn't match the claim's allocation"
+                    return NOT_ON_NODE
                 continue
             results = allocation.allocate(
                 claim,
-                view.devices.get(node["metadata"]["name"], []),
-                held=held,
-                classes=view.classes,
-                matcher=self.matcher,
+                view.context.inventory.devices.get(node["metadata"]["name"], []),
+                used=trial,
+                context=view.context,
             )
             if results is None:
-                return "cannot allocate all claims"
-            for result in results:
-                held[(result["driver"], result["pool"], result["device"])] = claim["metadata"][
-                    "name"
-                ]
+                return CANNOT_ALLOCATE
             plan[claim["metadata"]["name"]] = results
         return plan
 
     def _post_filter(self, pod_claims: list[dict[str, Any]], rejected: dict[str, str]) -> None:
         """Free a claim pinned to a node that fails the pod for another reason, when another
         node passes the non-device filters and no other pod holds the claim."""
-        device_reasons = (
-            "node(s) didn't match the claim's allocation",
-            "cannot allocate all claims",
-        )
+        device_reasons = (NOT_ON_NODE, CANNOT_ALLOCATE)
         open_nodes = {name for name, reason in rejected.items() if reason in device_reasons}
         for claim in pod_claims:
             claim_status = claim.get("status") or {}
@@ -248,7 +255,8 @@ class Scheduler:
         pod_claims: list[dict[str, Any]],
         plan: dict[str, list[dict[str, Any]]],
         view: _View,
-    ) -> None:
+    ) -> bool:
+        """Reserve the claims and bind; False when PreBind refuses a claim."""
         for claim in pod_claims:
             existing = (claim.get("status") or {}).get("allocation")
             if existing and not existing.get("allocationTimestamp"):
@@ -257,7 +265,7 @@ class Scheduler:
                     f'claim "{claim["metadata"]["name"]}": allocation has no allocationTimestamp; '
                     "adding it is rejected: status.allocation: field is immutable",
                 )
-                return
+                return False
         node_name = node["metadata"]["name"]
         namespace = pod["metadata"]["namespace"]
         reference = {
@@ -268,16 +276,42 @@ class Scheduler:
         for claim in pod_claims:
             results = plan.get(claim["metadata"]["name"])
             self._reserve(claim, results, node=node_name, reference=reference)
-            for result in results or []:
-                device = (result["driver"], result["pool"], result["device"])
-                view.held[device] = claim["metadata"]["name"]
         pods.bind(self.registry, namespace, pod["metadata"]["name"], node_name)
+        self._scheduled(pod, node_name)
         requests = filters.pod_requests(pod)
         totals = view.used.setdefault(node_name, {"cpu": 0, "memory": 0})
         for key, value in requests.items():
             totals[key] += value
         view.counts[node_name] = view.counts.get(node_name, 0) + 1
         self.reasons.pop(f"{namespace}/{pod['metadata']['name']}", None)
+        return True
+
+    def _scheduled(self, pod: dict[str, Any], node: str) -> None:
+        """The events.k8s.io/v1 `Scheduled` event kube-scheduler writes per bound pod (10-35)."""
+        metadata = pod["metadata"]
+        namespace, name = metadata["namespace"], metadata["name"]
+        event = {
+            "metadata": {"generateName": f"{name}."},
+            "regarding": {
+                "kind": "Pod",
+                "namespace": namespace,
+                "name": name,
+                "uid": metadata["uid"],
+                "apiVersion": "v1",
+                "resourceVersion": metadata.get("resourceVersion"),
+            },
+            "note": f"Successfully assigned {namespace}/{name} to {node}",
+            "reason": "Scheduled",
+            "type": "Normal",
+            "action": "Binding",
+            "eventTime": self.registry.clock().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "reportingController": SCHEDULER_NAME,
+            "reportingInstance": f"{SCHEDULER_NAME}-kubesim",
+        }
+        try:
+            self.registry.create(kinds.EVENTS_V1, namespace, event)
+        except status.ApiError as error:
+            log.debug("event for %s/%s not recorded: %s", namespace, name, error.message)
 
     def _reserve(
         self,
@@ -311,12 +345,42 @@ class Scheduler:
             reserved.append(reference)
         self.registry.update(kinds.RESOURCE_CLAIMS, namespace, name, current, subresource="status")
 
+    def _unschedulable(self, pod: dict[str, Any], reason: str) -> None:
+        """The PodScheduled=False condition kube-scheduler writes with each new reason."""
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        current = self.registry.find(kinds.PODS, namespace, name)
+        if current is None or current["metadata"].get("uid") != pod["metadata"].get("uid"):
+            return
+        previous: dict[str, Any] = next(
+            (
+                c
+                for c in (current.get("status") or {}).get("conditions") or []
+                if c.get("type") == "PodScheduled" and c.get("status") == "False"
+            ),
+            {},
+        )
+        condition = {
+            "type": "PodScheduled",
+            "observedGeneration": current["metadata"].get("generation", 1),
+            "status": "False",
+            "lastProbeTime": None,
+            "lastTransitionTime": previous.get("lastTransitionTime") or self.registry.now(),
+            "reason": "Unschedulable",
+            "message": reason,
+        }
+        pods.set_condition(current, condition)
+        try:
+            self.registry.update(kinds.PODS, namespace, name, current, subresource="status")
+        except status.ApiError as error:
+            log.debug("condition of %s/%s not written: %s", namespace, name, error.message)
+
     def _pending(self, pod: dict[str, Any], reason: str) -> None:
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
         if self.reasons.get(key) == reason:
             return
         self.reasons[key] = reason
         log.debug("pod %s pending: %s", key, reason)
+        self._unschedulable(pod, reason)
         event = {
             "metadata": {"generateName": f"{pod['metadata']['name']}."},
             "involvedObject": {
@@ -338,6 +402,32 @@ class Scheduler:
             self.registry.create(kinds.EVENTS, pod["metadata"]["namespace"], event)
         except status.ApiError as error:
             log.debug("event for %s not recorded: %s", key, error.message)
+
+
+def unschedulable_message(node_count: int, rejected: dict[str, str]) -> str:
+    """kube-scheduler's FitError text: a histogram of per-node reasons sorted as strings,
+    then what preemption found (corpus 10-38); this scheduler never preempts."""
+    if not rejected:
+        return "no nodes available to schedule pods"
+    preemption = {
+        name: (
+            "No preemption victims found for incoming pod"
+            if reason in RESOLVABLE
+            else "Preemption is not helpful for scheduling"
+        )
+        for name, reason in rejected.items()
+    }
+    return (
+        f"0/{node_count} nodes are available: {_histogram(rejected)}. still not schedulable, "
+        f"preemption: 0/{node_count} nodes are available: {_histogram(preemption)}."
+    )
+
+
+def _histogram(reasons: dict[str, str]) -> str:
+    counts: dict[str, int] = {}
+    for reason in reasons.values():
+        counts[reason] = counts.get(reason, 0) + 1
+    return ", ".join(sorted(f"{count} {reason}" for reason, count in counts.items()))
 
 
 def _is_pending(pod: dict[str, Any]) -> bool:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gangq.queue.core import explain
 from gangq.queue.core.device import DeviceId
 from gangq.queue.core.model import (
     Admission,
     CycleResult,
+    JobKey,
     NodeName,
     ReplicaPlacement,
     Snapshot,
@@ -53,6 +55,7 @@ class DevicePluginPolicy:
             used[gang.tenant] = used.get(gang.tenant, 0) + gang.device_count
         limits = {q.tenant: q.nominal + q.borrowing_limit for q in snapshot.quotas}
         admissions: list[Admission] = []
+        pending: dict[JobKey, explain.PendingReason] = {}
         for job in sorted(snapshot.pending, key=fifo.fifo_key):
             count = job.devices_per_replica
             new: list[ReplicaPlacement] = []
@@ -60,16 +63,18 @@ class DevicePluginPolicy:
                 if replica in placed.get(job.key, ()):
                     continue
                 if used.get(job.tenant, 0) + count > limits.get(job.tenant, 0):
+                    pending[job.key] = fifo.OVER_LIMIT
                     break
                 node = _least_allocated(free, count)
                 if node is None:
+                    pending[job.key] = fifo.NO_ROOM
                     break
                 devices, free[node] = free[node][:count], free[node][count:]
                 new.append(ReplicaPlacement(replica=replica, node=node, devices=tuple(devices)))
                 used[job.tenant] = used.get(job.tenant, 0) + count
             if new:
                 admissions.append(Admission(job=job.key, placement=tuple(new)))
-        return CycleResult(admissions=tuple(admissions))
+        return CycleResult(admissions=tuple(admissions), pending=pending)
 
     def wake_at(self, snapshot: Snapshot, *, now: float) -> float | None:
         """Pods wait for events only; rendezvous timeouts are the simulator's own timers."""

@@ -161,6 +161,8 @@ class Simulation:
             return
         result = self.policy.decide(snapshot, now=now)
         self.outcome.cycles += 1
+        for key, reason in result.pending.items():
+            self.records[key].wait_for(reason.cause or reason.code, now=now)
         for admission in result.admissions:
             self._admit(admission, now=now)
         self._note_reservations(result, now=now)
@@ -261,6 +263,7 @@ class Simulation:
         if record.pending_since is not None:
             record.waited_s += now - record.pending_since
             record.pending_since = None
+        record.wait_for(None, now=now)
         self.waiting.pop(record.job.key, None)
         job = record.job
         predicted = self.predictor.predict(_shape(job), max_runtime_s=job.max_runtime_s)
@@ -453,6 +456,7 @@ class Simulation:
             if record.pending_since is not None:
                 record.waited_s += horizon - record.pending_since
                 record.pending_since = None
+            record.wait_for(None, now=horizon)
         self._sample(horizon)
 
 

@@ -8,12 +8,13 @@ tier (as a priority class would), then submission time, then job key.
 
 from __future__ import annotations
 
-from gangq.queue.core import placement, quota, sharing
+from gangq.queue.core import explain, placement, quota, sharing
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.model import (
     DEFAULT_TIERS,
     Admission,
     CycleResult,
+    JobKey,
     PendingJob,
     Snapshot,
     Tenant,
@@ -21,6 +22,16 @@ from gangq.queue.core.model import (
 from gangq.queue.core.pool import Pool
 
 _RANKS = {tier.name: tier.rank for tier in DEFAULT_TIERS}
+NO_ROOM = explain.PendingReason(
+    explain.ReasonCode.CAPACITY, "capacity: no placement", explain.WaitCause.CAPACITY
+)
+BEHIND = explain.PendingReason(
+    explain.ReasonCode.BACKFILL, "backfill: behind the head of the line", explain.WaitCause.BACKFILL
+)
+"""Strict FIFO: the job ahead holds every device, as a reservation of the whole cluster."""
+OVER_LIMIT = explain.PendingReason(
+    explain.ReasonCode.QUOTA, "quota: over the tenant's limit", explain.WaitCause.LIMIT
+)
 
 
 def fifo_key(job: PendingJob) -> tuple[int, float, str]:
@@ -42,18 +53,25 @@ class FifoPolicy:
         pool = Pool(inventory=snapshot.inventory, running=snapshot.running, matcher=self.matcher)
         book = quota.QuotaBook(quotas=snapshot.quotas, running=snapshot.running)
         admissions: list[Admission] = []
+        pending: dict[JobKey, explain.PendingReason] = {}
         blocked_tenants: set[Tenant] = set()
-        for job in sorted(snapshot.pending, key=fifo_key):
+        ordered = sorted(snapshot.pending, key=fifo_key)
+        for index, job in enumerate(ordered):
             if job.tenant in blocked_tenants:
+                pending[job.key] = BEHIND
                 continue
-            if book.refusal(job) is not None:
+            refusal = book.refusal(job)
+            if refusal is not None:
+                pending[job.key] = refusal
                 if self.strict:
                     blocked_tenants.add(job.tenant)
                 continue
             shape = placement.Shape.of(job)
             choice = placement.place(shape, pool)
             if isinstance(choice, placement.Shortfall):
+                pending[job.key] = NO_ROOM
                 if self.strict:
+                    pending.update((behind.key, BEHIND) for behind in ordered[index + 1 :])
                     break
                 continue
             replicas = placement.as_placement(choice, shape, pool)
@@ -66,7 +84,7 @@ class FifoPolicy:
                     job=job.key, placement=replicas, borrowed=int(-(-borrowed // sharing.WHOLE))
                 )
             )
-        return CycleResult(admissions=tuple(admissions))
+        return CycleResult(admissions=tuple(admissions), pending=pending)
 
     def wake_at(self, snapshot: Snapshot, *, now: float) -> float | None:
         """Nothing changes without an event: no preemption, no protection windows."""

@@ -47,6 +47,18 @@ class JobRecord:
     """The whole run as predicted when the job first started (for the prediction error)."""
     held_gpus: float = 0.0
     """GPU-equivalents it holds: a partition counts its share of the GPU (rule 12)."""
+    waited_by_cause: dict[str, float] = field(default_factory=dict)
+    """Seconds waited per cause (explain.WaitCause), each from the cycle that gave it."""
+    cause: tuple[str, float] | None = None
+    """The cause the last cycle gave while the job waits, and since when."""
+
+    def wait_for(self, cause: str | None, *, now: float) -> None:
+        """Close the interval of the previous cause at `now` and open `cause` (None: the job
+        stopped waiting)."""
+        if self.cause is not None:
+            previous, since = self.cause
+            self.waited_by_cause[previous] = self.waited_by_cause.get(previous, 0.0) + now - since
+        self.cause = None if cause is None else (cause, now)
 
     @property
     def held_devices(self) -> int:

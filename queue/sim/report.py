@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from gangq.queue.core.explain import WaitCause
 from gangq.queue.core.model import DEFAULT_TIERS
 from gangq.queue.sim.outcome import JobRecord, Outcome, Timeline
 from gangq.queue.sim.trace import Trace
@@ -89,6 +90,20 @@ def _by_tenant(records: Iterable[JobRecord]) -> dict[str, dict[str, dict[str, fl
     for record in records:
         tenants.setdefault(record.job.tenant, []).append(record)
     return {tenant: _grouped(tenants[tenant], "tier") for tenant in sorted(tenants)}
+
+
+def _by_cause(records: Iterable[JobRecord]) -> dict[str, dict[str, float]]:
+    """Hours waited per tier and cause (explain.WaitCause), most first: which rule the waits
+    of a week come from (a tenant's own limit, capacity, reclaim patience, ...)."""
+    tiers: dict[str, dict[str, float]] = {}
+    for record in records:
+        by_cause = tiers.setdefault(record.job.tier, {})
+        for cause, seconds in record.waited_by_cause.items():
+            by_cause[cause] = by_cause.get(cause, 0.0) + seconds / HOUR
+    return {
+        tier: dict(sorted(tiers[tier].items(), key=lambda item: (-item[1], item[0])))
+        for tier in sorted(tiers)
+    }
 
 
 def _started_or(record: JobRecord, horizon: float) -> float:
@@ -189,6 +204,10 @@ def summarize(outcome: Outcome) -> dict[str, Any]:
     records = _arrived(outcome)
     gangs = [r for r in records if r.job.replicas > 1]
     waits_by_tier = _grouped(records, "tier")
+    beyond_limit: dict[str, list[float]] = {}
+    for record in records:
+        own_limit = record.waited_by_cause.get(WaitCause.LIMIT, 0.0)
+        beyond_limit.setdefault(record.job.tier, []).append(record.waited_s - own_limit)
     return {
         "utilization": allocated / (capacity * trace.horizon_s),
         "utilization_busy": busy_allocated / (capacity * busy) if busy > 0 else None,
@@ -209,8 +228,12 @@ def summarize(outcome: Outcome) -> dict[str, Any]:
         "wait_p50_s": {tier: stats["p50"] for tier, stats in waits_by_tier.items()},
         "wait_p95_s": {tier: stats["p95"] for tier, stats in waits_by_tier.items()},
         "wait_max_s": {tier: stats["max"] for tier, stats in waits_by_tier.items()},
+        "wait_p95_beyond_limit_s": {
+            tier: percentile(waits, 0.95) for tier, waits in sorted(beyond_limit.items())
+        },
         "wait_by_gang_size_s": _grouped(records, "shape"),
         "wait_by_tenant_s": _by_tenant(records),
+        "wait_by_cause_h": _by_cause(records),
         "max_gang_wait_s": max((r.waited_s for r in gangs), default=None),
         "max_reservation_slip_s": _slip(records, horizon=trace.horizon_s),
         "jobs": len(records),
@@ -279,11 +302,21 @@ def _rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
                 ),
             )
         )
+    for tier in tiers:
+        rows.append(
+            (
+                f"wait p95 {tier} beyond its tenant's limit",
+                _hours(summary["wait_p95_beyond_limit_s"][tier]),
+            )
+        )
     for shape, stats in summary["wait_by_gang_size_s"].items():
         rows.append((f"wait p95 gang {shape}", _hours(stats["p95"])))
     for tenant, by_tier in summary["wait_by_tenant_s"].items():
         for tier, stats in by_tier.items():
             rows.append((f"wait p95 {tenant} {tier}", _hours(stats["p95"])))
+    for tier, by_cause in summary["wait_by_cause_h"].items():
+        for cause, hours in by_cause.items():
+            rows.append((f"hours waited {tier}: {cause}", f"{hours:.1f}"))
     rows += [
         ("longest gang wait", _hours(summary["max_gang_wait_s"])),
         ("longest start past reservation", _hours(summary["max_reservation_slip_s"])),
@@ -351,14 +384,33 @@ def worst(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "wait_p95_s": {
             tier: highest(s["wait_p95_s"].get(tier) for s in summaries) for tier in tiers
         },
+        "wait_p95_beyond_limit_s": {
+            tier: highest(s["wait_p95_beyond_limit_s"].get(tier) for s in summaries)
+            for tier in tiers
+        },
     }
 
 
-SEED_COLUMNS = ("useful", "lost", "prod p95", "training p95", "small p95", "partial", "jain")
+SEED_COLUMNS = (
+    "useful",
+    "lost",
+    "prod p95",
+    "training p95",
+    "small p95",
+    "small p95 beyond limit",
+    "partial",
+    "jain",
+)
 
 
 def _seed_cells(
-    useful: Any, lost: Any, waits: Mapping[str, Any], partial: Any, jain: Any
+    *,
+    useful: Any,
+    lost: Any,
+    waits: Mapping[str, Any],
+    beyond_limit: Mapping[str, Any],
+    partial: Any,
+    jain: Any,
 ) -> list[str]:
     return [
         _percent(useful),
@@ -366,6 +418,7 @@ def _seed_cells(
         _hours(waits.get("prod-inference")),
         _hours(waits.get("training")),
         _hours(waits.get("small")),
+        _hours(beyond_limit.get("small")),
         str(partial),
         _ratio(jain),
     ]
@@ -385,11 +438,12 @@ def seeds_table(
                     str(seed),
                     name,
                     *_seed_cells(
-                        s["utilization_useful"],
-                        s["lost_fraction"],
-                        s["wait_p95_s"],
-                        s["partial_starts"],
-                        s["fairness"]["jain"],
+                        useful=s["utilization_useful"],
+                        lost=s["lost_fraction"],
+                        waits=s["wait_p95_s"],
+                        beyond_limit=s["wait_p95_beyond_limit_s"],
+                        partial=s["partial_starts"],
+                        jain=s["fairness"]["jain"],
                     ),
                 ]
             )
@@ -399,11 +453,12 @@ def seeds_table(
                 "worst",
                 name,
                 *_seed_cells(
-                    w["utilization_useful"],
-                    w["lost_fraction"],
-                    w["wait_p95_s"],
-                    w["partial_starts"],
-                    w["fairness_jain"],
+                    useful=w["utilization_useful"],
+                    lost=w["lost_fraction"],
+                    waits=w["wait_p95_s"],
+                    beyond_limit=w["wait_p95_beyond_limit_s"],
+                    partial=w["partial_starts"],
+                    jain=w["fairness_jain"],
                 ),
             ]
         )

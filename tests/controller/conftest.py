@@ -160,10 +160,14 @@ async def wait_for(predicate: Callable[[], Any], *, within_s: float = 15.0) -> A
         await asyncio.sleep(0.02)
 
 
-@pytest.fixture
-async def harness(engine: AsyncEngine) -> AsyncIterator[Harness]:
+@contextlib.asynccontextmanager
+async def running_harness(
+    engine: AsyncEngine, *, inventory: Inventory = SMALL, crds: tuple[Path, ...] = (CRD,)
+) -> AsyncIterator[Harness]:
+    """An emulator with the test namespaces and a client to it; controllers started through
+    the harness are killed on the way out."""
     async with (
-        Emulator(inventory=SMALL, crds=(CRD,)) as emulator,
+        Emulator(inventory=inventory, crds=crds) as emulator,
         client.ApiClient(emulator.configuration()) as api_client,
     ):
         kube = Kube(api_client)
@@ -179,3 +183,9 @@ async def harness(engine: AsyncEngine) -> AsyncIterator[Harness]:
             for name in list(built.runs):
                 await built.kill(name)
             await kube.close()
+
+
+@pytest.fixture
+async def harness(engine: AsyncEngine) -> AsyncIterator[Harness]:
+    async with running_harness(engine) as built:
+        yield built

@@ -9,15 +9,12 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes_asyncio import client
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gangq.queue.config import QuotaConfig, TenantConfig
 from gangq.queue.kube import resources
-from gangq.queue.kube.client import Kube
-from gangq.queue.kubesim.emulator import Emulator
 from tests.controller import bad_input
-from tests.controller.conftest import CRD, NAMESPACES, SMALL, Harness, settings, training_job
+from tests.controller.conftest import CRD, Harness, running_harness, training_job
 from tests.controller.conftest import wait_for as wait_until
 
 PRODUCT = 'device.attributes["gpu.nvidia.com"].productName'
@@ -35,22 +32,8 @@ async def lax_harness(engine: AsyncEngine, tmp_path: Path) -> AsyncIterator[Harn
         field.pop("minimum", None)
     lax = tmp_path / "trainingjob.yaml"
     lax.write_text(yaml.safe_dump(crd))
-    async with (
-        Emulator(inventory=SMALL, crds=(lax,)) as emulator,
-        client.ApiClient(emulator.configuration()) as api_client,
-    ):
-        kube = Kube(api_client)
-        for name, tenant in NAMESPACES.items():
-            labels = {"gangq.dev/tenant": tenant} if tenant else {}
-            await kube.create(
-                resources.NAMESPACES, "", {"metadata": {"name": name, "labels": labels}}
-            )
-        built = Harness(emulator, api_client, kube, engine, settings())
-        try:
-            yield built
-        finally:
-            for name in list(built.runs):
-                await built.kill(name)
+    async with running_harness(engine, crds=(lax,)) as built:
+        yield built
 
 
 async def _refused(

@@ -7,15 +7,12 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from kubernetes_asyncio import client
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gangq.queue.bench import writes
 from gangq.queue.kube import resources
-from gangq.queue.kube.client import Kube
 from gangq.queue.kubesim.cluster import Inventory
-from gangq.queue.kubesim.emulator import Emulator
-from tests.controller.conftest import CRD, NAMESPACES, Harness, settings, training_job, wait_for
+from tests.controller.conftest import running_harness, training_job, wait_for
 
 
 def budget(replicas: int) -> int:
@@ -32,30 +29,16 @@ async def test_a_successful_job_stays_within_its_write_budget(
     engine: AsyncEngine, replicas: int, devices: int
 ) -> None:
     inventory = Inventory(nodes=4, gpus_per_node=8, racks=2)
-    async with (
-        Emulator(inventory=inventory, crds=(CRD,)) as emulator,
-        client.ApiClient(emulator.configuration()) as api_client,
-    ):
-        kube = Kube(api_client)
-        for name, tenant in NAMESPACES.items():
-            labels = {"gangq.dev/tenant": tenant} if tenant else {}
-            await kube.create(
-                resources.NAMESPACES, "", {"metadata": {"name": name, "labels": labels}}
-            )
-        harness = Harness(emulator, api_client, kube, engine, settings())
+    async with running_harness(engine, inventory=inventory) as harness:
+        emulator, kube = harness.cluster, harness.kube
         harness.start()
-        try:
-            before = await writes.read(emulator.configuration())
-            job = training_job("counted", replicas=replicas, devices=devices, run_seconds=0.3)
-            await kube.create(resources.TRAINING_JOBS, "ml-train", job)
-            await wait_for(lambda: harness.phase("counted") == "Succeeded", within_s=30)
-            await wait_for(lambda: not harness.objects(resources.RESOURCE_CLAIMS, "ml-train"))
-            await harness.stop()
-            after = await writes.read(emulator.configuration())
-        finally:
-            for name in list(harness.runs):
-                await harness.kill(name)
-            await kube.close()
+        before = await writes.read(emulator.configuration())
+        job = training_job("counted", replicas=replicas, devices=devices, run_seconds=0.3)
+        await kube.create(resources.TRAINING_JOBS, "ml-train", job)
+        await wait_for(lambda: harness.phase("counted") == "Succeeded", within_s=30)
+        await wait_for(lambda: not harness.objects(resources.RESOURCE_CLAIMS, "ml-train"))
+        await harness.stop()
+        after = await writes.read(emulator.configuration())
     spent = after - before - Counter({"POST trainingjobs": 1})
     assert sum(spent.values()) <= budget(replicas), dict(spent)
     pods = [p for p in harness.objects(resources.PODS, "ml-train")]

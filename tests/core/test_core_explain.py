@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gangq.queue.core import explain
-from gangq.queue.core.explain import PendingReason, ReasonCode
+from gangq.queue.core.explain import PendingReason, ReasonCode, WaitCause
 
 
 @pytest.mark.parametrize(
@@ -119,8 +119,46 @@ from gangq.queue.core.explain import PendingReason, ReasonCode
     ],
 )
 def test_pending_reason_texts(reason: PendingReason, code: ReasonCode, message: str) -> None:
-    assert reason == PendingReason(code, message)
+    assert (reason.code, reason.message) == (code, message)
     assert reason.message.startswith(f"{code.value}: ")
+
+
+def test_each_waiting_reason_names_its_cause() -> None:
+    """The simulator sums waits by cause: the preemption code alone mixes three of them."""
+    causes = [
+        explain.quota_exceeded(
+            tenant="t", used=1, nominal=1, borrowing_limit=0, needed=1, device_class="gpu"
+        ).cause,
+        explain.tier_not_allowed(tenant="t", tier="x", allowed=("small",)).cause,
+        explain.owed(tenant="t", needed=1, free=1, owed=1, device_class="gpu").cause,
+        explain.with_reserved_start(
+            explain.capacity(
+                replicas=1,
+                devices_per_replica=1,
+                device_class="gpu",
+                constraints=(),
+                domain_key=None,
+                usable=0,
+                best_domain=None,
+                lacking_room=0,
+            ),
+            start_in_s=60,
+        ).cause,
+        explain.backfill(head="a/b", start_in_s=60).cause,
+        explain.preemption(victims=("a/b",)).cause,
+        explain.preemption_does_not_pay(victims=("a/b",), lost_device_h=1.0, wait_s=None).cause,
+        explain.reclaim_patience(free_in_s=None, evict_in_s=60).cause,
+    ]
+    assert causes == [
+        WaitCause.LIMIT,
+        WaitCause.LIMIT,
+        WaitCause.OWED,
+        WaitCause.CAPACITY,
+        WaitCause.BACKFILL,
+        WaitCause.EVICTING,
+        WaitCause.NOT_PAYING,
+        WaitCause.RECLAIM_PATIENCE,
+    ]
 
 
 def test_victim_reason_texts() -> None:

@@ -122,6 +122,24 @@ def test_minimum_runtime_protects_fresh_gangs(ran_for: float, evicted: bool) -> 
     assert bool(result.preemptions) is evicted
 
 
+def test_a_tier_that_always_preempts_takes_a_fresh_gang_over_one_that_ran_for_hours() -> None:
+    """A prod scale-up needs a node: node-0 has four free devices beside a small job that
+    started 10 s ago (inside its 60 s protection), node-1 a training gang that ran 5 h. The
+    protection would leave prod only the training gang's 40 device-h; prod takes the fresh
+    job, which loses 10 device-s."""
+    quotas = (
+        builders.quota("team-a", 8),
+        builders.quota("team-b", 16, borrowing_limit=16),
+    )
+    fresh = builders.gang("fresh", [("node-0", range(4))], tier="small", started_at=NOW - 10)
+    trained = builders.gang(
+        "trained", [("node-1", range(8))], tier="training", started_at=NOW - 5 * 3600
+    )
+    scale_up = builders.job("serve", tier="prod-inference", per_replica=8)
+    result = _cycle(scale_up, fresh, trained, quotas=quotas, nodes=2)
+    assert _victims(result) == ["team-b/fresh"]
+
+
 def test_reclaim_ignores_minimum_runtime() -> None:
     quotas = (builders.quota("team-a", 8), builders.quota("team-b", 0, borrowing_limit=8))
     gang = builders.gang(

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import yaml
 from kubernetes_asyncio import client, config
@@ -16,7 +19,10 @@ from .conftest import CRD
 COMMAND = "from gangq.queue.cli import main; main()"
 
 
-async def test_cluster_up_serves_kubernetes_asyncio_through_the_kubeconfig(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def _serving(tmp_path: Path, *arguments: str) -> AsyncIterator[client.ApiClient]:
+    """`gangq cluster up` in a subprocess, reached through the kubeconfig it writes; it must
+    stop cleanly on SIGINT."""
     kubeconfig = tmp_path / "kubeconfig"
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -26,8 +32,7 @@ async def test_cluster_up_serves_kubernetes_asyncio_through_the_kubeconfig(tmp_p
         "up",
         "--kubeconfig",
         str(kubeconfig),
-        "--crd",
-        str(CRD),
+        *arguments,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -44,21 +49,52 @@ async def test_cluster_up_serves_kubernetes_asyncio_through_the_kubeconfig(tmp_p
             config_file=str(kubeconfig), client_configuration=configuration
         )
         async with client.ApiClient(configuration) as api:
-            nodes = (await client.CoreV1Api(api).list_node()).items
-            racks = sorted({node.metadata.labels["gangq.dev/rack"] for node in nodes})
-            slices = (await client.ResourceV1Api(api).list_resource_slice()).items
-            crds = (await client.ApiextensionsV1Api(api).list_custom_resource_definition()).items
-        assert (len(nodes), racks) == (8, ["rack-0", "rack-1"])
-        device = slices[0].spec.devices[0]
-        assert len(slices) == 8 and len(slices[0].spec.devices) == 8
-        assert device.attributes["productName"].string == "NVIDIA H100 80GB HBM3"
-        assert {d.attributes["numa"].int for d in slices[0].spec.devices} == {0, 1}
-        assert device.capacity["memory"].value == "80Gi"
-        assert [crd.metadata.name for crd in crds] == ["trainingjobs.gangq.dev"]
+            yield api
     finally:
         process.send_signal(signal.SIGINT)
         await asyncio.wait_for(process.communicate(), 10)
     assert process.returncode == 0
+
+
+async def test_cluster_up_serves_kubernetes_asyncio_through_the_kubeconfig(tmp_path: Path) -> None:
+    async with _serving(tmp_path, "--crd", str(CRD)) as api:
+        nodes = (await client.CoreV1Api(api).list_node()).items
+        racks = sorted({node.metadata.labels["gangq.dev/rack"] for node in nodes})
+        slices = (await client.ResourceV1Api(api).list_resource_slice()).items
+        crds = (await client.ApiextensionsV1Api(api).list_custom_resource_definition()).items
+    assert (len(nodes), racks) == (8, ["rack-0", "rack-1"])
+    device = slices[0].spec.devices[0]
+    assert len(slices) == 8 and len(slices[0].spec.devices) == 8
+    assert device.attributes["productName"].string == "NVIDIA H100 80GB HBM3"
+    assert {d.attributes["numa"].int for d in slices[0].spec.devices} == {0, 1}
+    assert device.capacity["memory"].value == "80Gi"
+    assert [crd.metadata.name for crd in crds] == ["trainingjobs.gangq.dev"]
+
+
+async def test_cluster_up_publishes_partitioned_and_shared_gpus(tmp_path: Path) -> None:
+    split = ("--nodes", "3", "--partitioned-nodes", "1", "--shared-nodes", "1")
+    async with _serving(tmp_path, *split) as api:
+        resource = client.ResourceV1Api(api)
+        slices = (await resource.list_resource_slice()).items
+        classes = (await resource.list_device_class()).items
+    pools: dict[str, list[Any]] = {}
+    for found in slices:
+        pools.setdefault(found.spec.pool.name, []).append(found)
+    assert [len(pools[n]) for n in ("gpu-0", "gpu-1", "gpu-2")] == [1, 3, 1]
+    partitions = [d for s in pools["gpu-1"] for d in s.spec.devices or []]
+    profiles = [d.attributes["profile"].string for d in partitions if "profile" in d.attributes]
+    assert {p: profiles.count(p) for p in set(profiles)} == {
+        "1g.10gb": 7 * 8,
+        "2g.20gb": 3 * 8,
+        "3g.40gb": 2 * 8,
+        "4g.40gb": 8,
+    }
+    assert all(d.allow_multiple_allocations for d in pools["gpu-2"][0].spec.devices)
+    assert sorted(c.metadata.name for c in classes) == [
+        "gpu.nvidia.com",
+        "partition.gpu.nvidia.com",
+        "shared.gpu.nvidia.com",
+    ]
 
 
 def test_cluster_up_rejects_bad_arguments_with_a_message() -> None:
@@ -94,3 +130,17 @@ def test_cluster_up_names_a_broken_crd_file(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert f"gangq: error: CRD {broken}: " in result.stderr and "is invalid" in result.stderr
+
+
+def test_cluster_up_refuses_more_split_nodes_than_nodes() -> None:
+    split = ["--nodes", "2", "--partitioned-nodes", "2", "--shared-nodes", "1"]
+    result = subprocess.run(
+        [sys.executable, "-c", COMMAND, "cluster", "up", *split],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "--partitioned-nodes plus --shared-nodes must not exceed --nodes (2 + 1 > 2)" in (
+        result.stderr
+    )

@@ -27,7 +27,10 @@ async def test_a_pod_that_fits_nowhere_stays_pending_with_the_reason(
     body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "500"}}
     await http.request("POST", PODS, body)
     reason = await wait_until(lambda: cluster.scheduler.reasons.get("default/huge"))
-    assert reason == "0/2 nodes are available: Insufficient cpu."
+    assert reason == (
+        "0/2 nodes are available: 2 Insufficient cpu. still not schedulable, preemption: "
+        "0/2 nodes are available: 2 No preemption victims found for incoming pod."
+    )
     _, events, _ = await http.request(
         "GET",
         "/api/v1/namespaces/default/events",
@@ -85,5 +88,8 @@ async def test_pod_count_is_a_limit(cluster: Emulator, http: Http) -> None:
     for index in range(3):
         await http.request("POST", PODS, pod(f"slot-{index}"))
     reason = await wait_until(lambda: cluster.scheduler.reasons.get("default/slot-2"))
-    assert reason == "0/2 nodes are available: Too many pods."
+    assert reason == (
+        "0/2 nodes are available: 2 Too many pods. still not schedulable, preemption: "
+        "0/2 nodes are available: 2 No preemption victims found for incoming pod."
+    )
     assert {_node_of(cluster, "slot-0"), _node_of(cluster, "slot-1")} == {"gpu-0", "gpu-1"}

@@ -68,6 +68,15 @@ def test_gang_policies_differ_in_what_may_pass_a_blocked_gang(
     assert not record.was_partial
 
 
+def test_strict_fifo_says_the_jobs_behind_a_blocked_head_wait_for_it() -> None:
+    """ci/c fits from its arrival at 2 but waits behind ml/b until ml/b starts at 100 (as
+    behind a reservation of the whole cluster), then for ml/b's devices until 200; ml/b itself
+    waits for capacity."""
+    outcome = _run("fifo-strict", _trace(2, BACKFILL))
+    assert outcome.records["ci/c"].waited_by_cause == {"backfill": 98, "capacity": 100}
+    assert set(outcome.records["ml/b"].waited_by_cause) == {"capacity"}
+
+
 def test_gangq_promises_the_blocked_gang_a_start_and_keeps_it() -> None:
     outcome = _run("gangq", _trace(2, BACKFILL))
     assert outcome.records["ml/b"].promised_start == 100
@@ -139,6 +148,11 @@ def test_gangq_reclaims_for_a_small_job_once_its_preemption_delay_is_over() -> N
     outcome = _run("gangq", trace.from_document(document))
     assert outcome.records["research/t"].evictions == 1
     assert outcome.records["ci/s"].first_started_at == 430
+    waited = outcome.records["ci/s"].waited_by_cause
+    assert waited["evicting"] == 30
+    assert sum(waited.values()) == outcome.records["ci/s"].waited_s == 330
+    by_cause = report.summarize(outcome)["wait_by_cause_h"]["small"]
+    assert by_cause == {cause: seconds / 3600 for cause, seconds in waited.items()}
 
 
 def test_a_job_is_stopped_at_its_max_runtime() -> None:
@@ -182,3 +196,22 @@ def test_the_simulator_refuses_a_device_given_twice() -> None:
         match=re.escape("rule 1: gpu.nvidia.com/gpu-0/gpu-0 given to ci/b while ci/a holds it"),
     ):
         engine.simulate(_trace(1, jobs), _DoubleBooking())
+
+
+@pytest.mark.parametrize("name", ["gangq", "fifo-strict", "fifo-besteffort", "device-plugin"])
+def test_waits_on_the_tenants_own_limit_are_told_apart(name: str) -> None:
+    """ci may hold one device: its second job waits 100 s for the first with a free node
+    beside it, which only its own quota explains; no policy could have started it sooner."""
+    document = {
+        "horizon": 1000,
+        "cluster": {"nodes": 1, "racks": 1},
+        "tenants": [{"name": "ci", "nominal": 1}],
+        "jobs": [
+            _job("ci/a", 0, "small", runtime=100, maxRuntime=100),
+            _job("ci/b", 0, "small", runtime=100, maxRuntime=100),
+        ],
+    }
+    summary = report.summarize(_run(name, trace.from_document(document)))
+    assert summary["wait_p95_s"]["small"] == 100
+    assert summary["wait_p95_beyond_limit_s"]["small"] == 0
+    assert summary["wait_by_cause_h"]["small"] == {"limit": pytest.approx(100 / 3600)}
