@@ -1,9 +1,10 @@
 """One demo run: start the embedded parts, play the scenario, observe, judge, tear down.
 
-Owns the order of things: scratch database and migrations, the emulator with the reference
-cluster and the CRD, namespaces and tenants, the observers (watches on slices, claims, pods and
-TrainingJobs), the controller, the REST API, then the steps on their triggers until the story
-is over or the time is up. It must not judge the run itself (`story.py`, `probe.py` do).
+Owns the order of things: scratch database and migrations, the emulator with the scenario's
+cluster (its split-GPU nodes tainted) and the CRD, namespaces and tenants, the observers
+(watches on slices, claims, pods and TrainingJobs), the controller, the REST API, then the
+steps on their triggers until the story is over or the time is up. It must not judge the run
+itself (`story.py`, `probe.py` do).
 """
 
 from __future__ import annotations
