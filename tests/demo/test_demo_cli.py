@@ -71,4 +71,6 @@ def test_the_reference_scenario_keeps_every_invariant_and_tells_the_story(
     assert all(job["on_slices"] and job["phase"] == "Succeeded" for job in research)
     assert not any(job["on_slices"] for key, job in jobs.items() if not key.startswith("research/"))
     assert body["counter_overcommits"] == 0
-    assert not any(node.startswith(("gpu-8", "gpu-9")) for job in small for node in job["nodes"])
+    whole_gpu_jobs = [job for key, job in jobs.items() if not key.startswith("research/")]
+    assert not any(node in ("gpu-8", "gpu-9") for job in whole_gpu_jobs for node in job["nodes"])
+    assert {node for job in research for node in job["nodes"]} == {"gpu-8", "gpu-9"}
