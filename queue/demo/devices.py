@@ -1,9 +1,9 @@
 """Device-level invariants of a demo run, judged from observed ResourceClaims, Pods and Slices.
 
-Owns two checks: no device is in two allocated claims at once (evaluated on every claim event)
-and, by device identity (the driver's identity attribute, e.g. the GPU UUID), no device serves
-two running pods at once (evaluated on every pod and claim event). It is fed API objects as
-dicts and does no I/O.
+Owns two checks: no device is in two allocated claims at once (evaluated on every claim event;
+shares of a multi-allocatable device are left to `counters.py`) and, by device identity (the
+driver's identity attribute, e.g. the GPU UUID), no device serves two running pods at once
+(evaluated on every pod and claim event). It is fed API objects as dicts and does no I/O.
 """
 
 from __future__ import annotations
@@ -18,11 +18,15 @@ DeviceName = tuple[str, str, str]
 
 
 def allocated_devices(claim: Mapping[str, Any]) -> frozenset[DeviceName]:
-    """The devices in a claim's `status.allocation` (empty when unallocated)."""
+    """The devices a claim's `status.allocation` holds exclusively (empty when unallocated):
+    a share of a multi-allocatable device (a result with a `shareID`) is meant to sit beside
+    other claims' shares, and `counters.py` judges those."""
     allocation = (claim.get("status") or {}).get("allocation") or {}
     results = (allocation.get("devices") or {}).get("results") or []
     return frozenset(
-        (str(r.get("driver")), str(r.get("pool")), str(r.get("device"))) for r in results
+        (str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
+        for r in results
+        if not r.get("shareID")
     )
 
 

@@ -2,7 +2,8 @@
 
 Owns turning watch events (TrainingJobs, Pods, ResourceClaims, ResourceSlices as dicts, stamped
 with seconds since the start of the run) into job records and timeline lines, and feeding the
-gang and device checks. It does no I/O and judges nothing about the story (`story.py` does).
+gang, device and counter checks. It does no I/O and judges nothing about the story
+(`story.py` does).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gangq.queue.demo import devices, gangs
+from gangq.queue.demo import counters, devices, gangs
 
 TRAINING_JOBS = "trainingjobs"
 PODS = "pods"
@@ -51,6 +52,8 @@ class JobRecord:
     """When the last running pod stopped (finished or deleted)."""
     nodes: list[str] = field(default_factory=list)
     """The nodes of the latest placement, by replica."""
+    on_slices: bool = False
+    """A running pod of it held a partition or a share of a GPU (seen on its claims)."""
 
 
 @dataclass
@@ -62,6 +65,7 @@ class Ledger:
     """Node -> topology domain (e.g. its rack), to say where gangs were placed."""
     gangs: gangs.GangTracker = field(default_factory=gangs.GangTracker)
     devices: devices.DeviceLedger = field(default_factory=devices.DeviceLedger)
+    counters: counters.CounterLedger = field(default_factory=counters.CounterLedger)
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     timeline: list[tuple[float, str]] = field(default_factory=list)
     violations: list[tuple[float, str]] = field(default_factory=list)
@@ -87,8 +91,10 @@ class Ledger:
             self._on_pod(key, obj, current, at=at)
         elif kind == CLAIMS:
             self._violate(at, self.devices.on_claim(key, current))
+            self._violate(at, self.counters.on_claim(key, current))
         elif kind == SLICES and current is not None:
             self.devices.add_slice(current, attributes=self.identity_attributes)
+            self.counters.add_slice(current)
 
     def tick(self, *, at: float) -> None:
         self._violate(at, self.gangs.tick(at=at))
@@ -175,7 +181,13 @@ class Ledger:
     ) -> None:
         phase = "" if pod is None else str((pod.get("status") or {}).get("phase") or "")
         is_deleting = pod is None or bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-        if phase == "Running" and not is_deleting:
+        if phase == "Running" and not is_deleting and pod is not None:
+            namespace = str((pod.get("metadata") or {}).get("namespace"))
+            claims = devices.pod_claim_names(pod)
+            if any(self.counters.is_fraction(f"{namespace}/{claim}") for claim in claims):
+                if not record.on_slices:
+                    self.say(at, f"{record.key} runs on a GPU slice")
+                record.on_slices = True
             record.running_pods.add(key)
             record.max_running_pods = max(record.max_running_pods, len(record.running_pods))
         elif key in record.running_pods:

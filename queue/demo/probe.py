@@ -1,8 +1,8 @@
 """What the REST API says during and after a demo run, compared with what the cluster showed.
 
 Owns the HTTP calls of the demo to its own API (aiohttp, bearer token) and the checks built on
-them: health, every job listed with the phase its TrainingJob shows, the capacity total equal
-to the devices the ResourceSlices publish, release skew exported as a metric. It must not change
+them: health, every job listed with the phase its TrainingJob shows, the capacity of each node
+equal to the GPUs its ResourceSlices publish, release skew exported as a metric. It must not change
 anything through the API.
 """
 
@@ -83,20 +83,40 @@ class Probe:
         return story.Check(name, bool(listed) and not differ, detail)
 
     async def _capacity(self, observed: ledger_module.Ledger) -> story.Check:
+        """On each node the class counting most must count every GPU the slices publish: a
+        GPU published whole and as partitions is one, and it is in two classes (whole GPUs
+        and partitions), so the classes' totals are compared node by node, not summed."""
         status, body = await self.get("/v1/capacity")
         name = "API /v1/capacity counts every published device"
         if status != 200 or not isinstance(body, dict):
             return story.Check(name, False, f"answered {status}")
+        counted = {
+            str(node.get("node")): max(
+                (float(c.get("total", 0)) for c in node.get("deviceClasses") or []), default=0.0
+            )
+            for node in body.get("nodes") or []
+        }
+        published = observed.counters.gpus_by_node()
+        differ = sorted(
+            node
+            for node in counted.keys() | published.keys()
+            if round(counted.get(node, 0.0), 3) != published.get(node, 0)
+        )
         classes: list[Mapping[str, Any]] = body.get("deviceClasses") or []
-        total = sum(int(c.get("total", 0)) for c in classes)
-        published = len(observed.devices.identity)
         states = ", ".join(
             f"{c.get('deviceClassName')}: {c.get('reserved')} reserved, {c.get('free')} free"
             for c in classes
         )
-        return story.Check(
-            name, total == published > 0, f"{total} counted, {published} published; {states}"
+        detail = (
+            f"{sum(counted.values()):g} counted on {len(counted)} nodes, "
+            f"{sum(published.values())} published; {states}"
         )
+        if differ:
+            detail += "; differ on " + ", ".join(
+                f"{node} ({counted.get(node, 0):g} vs {published.get(node, 0)})"
+                for node in differ[:5]
+            )
+        return story.Check(name, bool(published) and not differ, detail)
 
     async def _metrics(self) -> story.Check:
         status, body = await self.get("/metrics", base_url=self.metrics_url)

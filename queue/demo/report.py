@@ -1,8 +1,8 @@
 """How a demo run is told: timeline lines, the summary for a person and the one JSON object.
 
 Owns the wording and the JSON field names (`jobs`, `partial_starts`, `double_allocations`,
-`max_release_skew_ms`, `unique_device_ids`, ...). Times are seconds since the run started.
-It must not decide anything: the checks arrive already judged.
+`max_release_skew_ms`, `unique_device_ids`, `slice_jobs`, `counter_overcommits`, ...). Times
+are seconds since the run started. It must not decide anything: the checks arrive judged.
 """
 
 from __future__ import annotations
@@ -99,9 +99,15 @@ def jobs_json(observed: ledger_module.Ledger) -> list[dict[str, Any]]:
                 "preemptions": record.preemptions,
                 "nodes": record.nodes,
                 "pods_stopped_while_running": record.stopped_pods,
+                "on_slices": record.on_slices,
             }
         )
     return rows
+
+
+def slice_jobs(observed: ledger_module.Ledger) -> int:
+    """Jobs that ran on a partition or a share of a GPU, as their claims showed."""
+    return sum(1 for record in observed.jobs.values() if record.on_slices)
 
 
 def as_json(outcome: Outcome) -> dict[str, Any]:
@@ -128,6 +134,8 @@ def as_json(outcome: Outcome) -> dict[str, Any]:
         "unique_device_ids": not conflicts and bool(observed.devices.checked_identities),
         "device_ids_checked": len(observed.devices.checked_identities),
         "device_id_conflicts": len(conflicts),
+        "slice_jobs": slice_jobs(observed),
+        "counter_overcommits": len(observed.counters.overcommits),
         "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in outcome.checks],
         "violations": [{"at": round(at, 3), "what": text} for at, text in observed.violations],
         "timeline": [{"at": round(at, 3), "event": text} for at, text in observed.timeline],
@@ -168,6 +176,13 @@ def summary(outcome: Outcome) -> str:
     ]
     if reported:
         lines.append(f"          the controller reported at most {max(reported)} ms")
+    counted = observed.counters
+    lines.append(
+        f"GPU slices: {slice_jobs(observed)} jobs ran on partitions or shares; "
+        f"{len(counted.overcommits)} counter or capacity over-commits "
+        f"({len(counted.counter_sets)} counter sets, {len(counted.capacities)} shared devices "
+        "watched)"
+    )
     lines.append("")
     lines.append("Checks:")
     lines += [f"  {'PASS' if c.ok else 'FAIL'}  {c.name}: {c.detail}" for c in outcome.checks]

@@ -1,9 +1,10 @@
 """One demo run: start the embedded parts, play the scenario, observe, judge, tear down.
 
-Owns the order of things: scratch database and migrations, the emulator with the reference
-cluster and the CRD, namespaces and tenants, the observers (watches on slices, claims, pods and
-TrainingJobs), the controller, the REST API, then the steps on their triggers until the story
-is over or the time is up. It must not judge the run itself (`story.py`, `probe.py` do).
+Owns the order of things: scratch database and migrations, the emulator with the scenario's
+cluster (its split-GPU nodes tainted) and the CRD, namespaces and tenants, the observers
+(watches on slices, claims, pods and TrainingJobs), the controller, the REST API, then the
+steps on their triggers until the story is over or the time is up. It must not judge the run
+itself (`story.py`, `probe.py` do).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from gangq.queue.demo import ledger as ledger_module
 from gangq.queue.demo import player, probe, report, stack, story, watcher
 from gangq.queue.demo import scenario as scenario_module
 from gangq.queue.kube import cache
+from gangq.queue.kubesim import cluster
 from gangq.queue.kubesim.emulator import Emulator
 from gangq.queue.store import database, schema, tenants
 
@@ -140,9 +142,13 @@ async def _start(
     engine = database.create_engine(url)
     exits.push_async_callback(engine.dispose)
     say(f"database ready at schema {await schema.upgrade(engine)}")
-    emulator = await exits.enter_async_context(Emulator(crds=(crd,), ready_seconds=READY_SECONDS))
-    say(f"cluster emulator at {emulator.base_url}: {_shape(emulator.inventory)}")
+    inventory = scenario.cluster.inventory()
+    emulator = await exits.enter_async_context(
+        Emulator(inventory=inventory, crds=(crd,), ready_seconds=READY_SECONDS)
+    )
+    say(f"cluster emulator at {emulator.base_url}: {_shape(inventory)}")
     api_client = await exits.enter_async_context(client.ApiClient(emulator.configuration()))
+    await _taint_split_nodes(api_client, inventory, scenario.cluster.split_node_taint)
     await _create_namespaces(api_client, scenario)
     await _set_tenants(engine, scenario)
     say(f"namespaces and tenants: {', '.join(t.name for t in scenario.tenants)}")
@@ -219,13 +225,35 @@ def _stop_on_sigterm() -> None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
 
 
-def _shape(inventory: Any) -> str:
-    if inventory is None:
-        return "no inventory"
+def _shape(inventory: cluster.Inventory) -> str:
+    split = [
+        f"{count} {kind}"
+        for count, kind in (
+            (inventory.partitioned_nodes, "partitioned"),
+            (inventory.shared_nodes, "shared"),
+        )
+        if count
+    ]
     return (
         f"{inventory.nodes} nodes x {inventory.gpus_per_node} GPUs "
         f"({inventory.product_name}) in {inventory.racks} racks"
+        + (f", of which {' and '.join(split)}" if split else "")
     )
+
+
+async def _taint_split_nodes(
+    api_client: client.ApiClient,
+    inventory: cluster.Inventory,
+    taint: scenario_module.TaintConfig | None,
+) -> None:
+    """What an administrator does to keep whole-GPU work off the nodes meant for slices."""
+    if taint is None:
+        return
+    core = client.CoreV1Api(api_client)
+    body = [{"op": "add", "path": "/spec/taints", "value": [taint.model_dump()]}]
+    for index in range(inventory.nodes):
+        if inventory.layout(index) != cluster.WHOLE:
+            await core.patch_node(inventory.node_name(index), body)
 
 
 async def _create_namespaces(

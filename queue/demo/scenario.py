@@ -1,9 +1,9 @@
 """The scenario of a demo run, read from a folder such as `examples/reference/`.
 
-Owns the shape of `scenario.yaml` (steps, the condition each step waits for, the story roles
-the summary checks, controller overrides) and loading the Kubernetes objects each step applies.
-Every mistake in those files becomes an `InvalidInputError` naming the file and the field. It
-must not talk to a cluster or a database.
+Owns the shape of `scenario.yaml` (the emulated cluster, steps, the condition each step waits
+for, the story roles the summary checks, controller overrides) and loading the Kubernetes
+objects each step applies. Every mistake in those files becomes an `InvalidInputError` naming
+the file and the field. It must not talk to a cluster or a database.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gangq.queue.config import ControllerSettings, TenantConfig
 from gangq.queue.core.errors import InvalidInputError
+from gangq.queue.kubesim import cluster
 
 SCENARIO_FILE = "scenario.yaml"
 TRAINING_JOB_KIND = "TrainingJob"
@@ -47,6 +48,42 @@ class Trigger(BaseModel):
         return f"{many}{self.jobs} {self.phase}"
 
 
+class TaintConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: str = Field(default="NoSchedule", pattern=r"^(NoSchedule|PreferNoSchedule|NoExecute)$")
+
+
+class ClusterConfig(BaseModel):
+    """The emulated cluster: GPU nodes in racks, the last ones with split GPUs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    nodes: int = Field(default=8, ge=1, le=64)
+    racks: int = Field(default=2, ge=1)
+    partitioned_nodes: int = Field(default=0, alias="partitionedNodes", ge=0)
+    shared_nodes: int = Field(default=0, alias="sharedNodes", ge=0)
+    split_node_taint: TaintConfig | None = Field(default=None, alias="splitNodeTaint")
+    """Set on every partitioned and shared node, so that only jobs tolerating it land there
+    (the whole GPUs of a partitioned node belong to the whole-GPU class too)."""
+
+    @model_validator(mode="after")
+    def _split_nodes_fit(self) -> ClusterConfig:
+        if self.partitioned_nodes + self.shared_nodes > self.nodes:
+            raise ValueError("partitionedNodes plus sharedNodes must not exceed nodes")
+        return self
+
+    def inventory(self) -> cluster.Inventory:
+        return cluster.Inventory(
+            nodes=self.nodes,
+            racks=self.racks,
+            partitioned_nodes=self.partitioned_nodes,
+            shared_nodes=self.shared_nodes,
+        )
+
+
 class StepConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -73,12 +110,15 @@ class Story(BaseModel):
     """The only tiers the scale-up may preempt."""
     one_domain: tuple[str, ...] = Field(default=(), alias="oneDomain")
     """Gangs whose replicas must end up in one topology domain (rack) in this cluster."""
+    slices: str | None = None
+    """Pattern of the small jobs expected to run on partitions or shares of a GPU."""
 
 
 class ScenarioFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     timeout_seconds: float = Field(alias="timeoutSeconds", gt=0, le=600)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     namespaces: str
     tenants: str
     steps: tuple[StepConfig, ...] = Field(min_length=1)
@@ -105,6 +145,7 @@ class Step:
 class Scenario:
     directory: Path
     timeout_s: float
+    cluster: ClusterConfig
     namespaces: tuple[dict[str, Any], ...]
     tenants: tuple[TenantConfig, ...]
     steps: tuple[Step, ...]
@@ -171,6 +212,7 @@ def load(directory: Path) -> Scenario:
     return Scenario(
         directory=directory,
         timeout_s=parsed.timeout_seconds,
+        cluster=parsed.cluster,
         namespaces=namespaces,
         tenants=tenants,
         steps=tuple(steps),

@@ -1,9 +1,10 @@
 """Whether a demo run told the reference story, and whether its invariants held.
 
 Owns the checks the exit code depends on, each phrased for a person with the numbers behind
-it: no partial start, no double allocation, unique device identities on running pods, the
-waiting gang admitted whole only after the blocker's pods stopped, small jobs backfilling, the
-prod scale-up reaching its replicas and preempting only the allowed tiers. Pure: it reads a
+it: no partial start, no double allocation, unique device identities on running pods, no
+counter or capacity over-commit, the waiting gang admitted whole only after the blocker's pods
+stopped, small jobs backfilling, slice jobs running on partitions or shares, the prod scale-up
+reaching its replicas and preempting only the allowed tiers. Pure: it reads a
 `Ledger` and the scenario's roles.
 """
 
@@ -30,6 +31,7 @@ def invariants(observed: ledger_module.Ledger) -> list[Check]:
     conflicts = observed.devices.identity_conflicts
     checked = len(observed.devices.checked_identities)
     unidentified = len(observed.devices.unidentified)
+    overcommits = observed.counters.overcommits
     return [
         Check(
             "no partial start",
@@ -46,6 +48,12 @@ def invariants(observed: ledger_module.Ledger) -> list[Check]:
             not conflicts and checked > 0 and unidentified == 0,
             f"{checked} device identities checked, {len(conflicts)} shared by two running pods, "
             f"{unidentified} without an identity attribute",
+        ),
+        Check(
+            "no counter or capacity over-commit",
+            not overcommits,
+            f"{len(overcommits)} counter set(s) or shared device(s) over-committed"
+            + "".join(f"; {found.describe()}" for found in list(overcommits.values())[:3]),
         ),
     ]
 
@@ -102,6 +110,16 @@ def _backfilled(observed: ledger_module.Ledger, story: scenario.Story) -> Check:
     )
 
 
+def _on_slices(observed: ledger_module.Ledger, pattern: str) -> Check:
+    matching = [r for k, r in observed.jobs.items() if fnmatch.fnmatchcase(k, pattern)]
+    sliced = [r for r in matching if r.on_slices]
+    return Check(
+        f"{pattern} ran on GPU partitions or shares",
+        bool(sliced) and len(sliced) == len(matching),
+        f"{len(sliced)} of {len(matching)} held a partition or a share while running",
+    )
+
+
 def _scaled(observed: ledger_module.Ledger, story: scenario.Story) -> Check:
     prod = _record(observed, story.prod)
     most = 0 if prod is None else prod.max_running_pods
@@ -153,6 +171,7 @@ def expectations(
     return [
         _waited_whole(observed, story),
         _backfilled(observed, story),
+        *([_on_slices(observed, story.slices)] if story.slices else []),
         _scaled(observed, story),
         _victims(observed, story),
         *([_one_domain(observed, story)] if story.one_domain else []),

@@ -55,7 +55,7 @@ def test_the_reference_scenario_keeps_every_invariant_and_tells_the_story(
     assert body["device_ids_checked"] >= 48
     assert 0 <= body["max_release_skew_ms"] < 1000
     jobs = {f"{job['namespace']}/{job['name']}": job for job in body["jobs"]}
-    assert len(jobs) == 15
+    assert len(jobs) == 21
     assert jobs["inference/llm-prod"]["replicas"] == 3
     first, second = jobs["ml-train/train-llm"], jobs["ml-train/train-llm-2"]
     assert second["admitted_at"] > first["started_at"]
@@ -65,4 +65,12 @@ def test_the_reference_scenario_keeps_every_invariant_and_tells_the_story(
     assert any(job["preemptions"] > 0 for job in small)
     assert all(job["phase"] == "Succeeded" for job in small)
     assert any(job["started_at"] < second["started_at"] for job in small)
-    assert "step 5: llm-prod scaled to 3 replicas" in result.stderr
+    assert "step 6: llm-prod scaled to 3 replicas" in result.stderr
+    research = [job for key, job in jobs.items() if key.startswith("research/")]
+    assert body["slice_jobs"] == len(research) == 6
+    assert all(job["on_slices"] and job["phase"] == "Succeeded" for job in research)
+    assert not any(job["on_slices"] for key, job in jobs.items() if not key.startswith("research/"))
+    assert body["counter_overcommits"] == 0
+    whole_gpu_jobs = [job for key, job in jobs.items() if not key.startswith("research/")]
+    assert not any(node in ("gpu-8", "gpu-9") for job in whole_gpu_jobs for node in job["nodes"])
+    assert {node for job in research for node in job["nodes"]} == {"gpu-8", "gpu-9"}

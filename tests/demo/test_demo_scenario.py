@@ -9,6 +9,7 @@ import pytest
 
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.demo import scenario
+from gangq.queue.kubesim import cluster
 
 
 @pytest.fixture
@@ -16,7 +17,7 @@ def reference() -> scenario.Scenario:
     return scenario.load(scenario.default_directory())
 
 
-def test_the_reference_scenario_plays_fifteen_jobs_in_five_steps(
+def test_the_reference_scenario_plays_twenty_one_jobs_in_six_steps(
     reference: scenario.Scenario,
 ) -> None:
     keys = [scenario.job_key(d) for step in reference.steps for d in step.objects]
@@ -25,10 +26,36 @@ def test_the_reference_scenario_plays_fifteen_jobs_in_five_steps(
         "train-llm.yaml",
         "train-llm-2.yaml",
         "small-jobs.yaml",
+        "slice-jobs.yaml",
         "llm-prod-scale-up.yaml",
     ]
-    assert len(set(keys)) == 15
-    assert [t.name for t in reference.tenants] == ["prod", "ml-train", "ci"]
+    assert len(set(keys)) == 21
+    assert [t.name for t in reference.tenants] == ["prod", "ml-train", "ci", "research"]
+
+
+def test_slice_jobs_tolerate_the_split_nodes_and_their_tenant_has_quota_for_them(
+    reference: scenario.Scenario,
+) -> None:
+    """The whole GPUs of a partitioned node are in the whole-GPU class: only the taint keeps
+    the 8x8 story's jobs off it."""
+    inventory = reference.cluster.inventory()
+    split = [i for i in range(inventory.nodes) if inventory.layout(i) != cluster.WHOLE]
+    assert split == [8, 9] and {inventory.rack(i) for i in split} == {"rack-2"}
+    assert {inventory.rack(i) for i in range(8)} == {"rack-0", "rack-1"}
+    taint = reference.cluster.split_node_taint
+    assert taint is not None and taint.effect == "NoSchedule"
+    research = next(t for t in reference.tenants if t.name == "research")
+    classes = {quota.device_class for quota in research.quotas}
+    managed = set(reference.controller["managed_device_classes"])
+    pattern = scenario.Trigger(jobs=str(reference.story.slices), phase="Running")
+    for step in reference.steps:
+        for document in step.objects:
+            tolerations = document["spec"]["template"]["spec"].get("tolerations") or []
+            tolerates = any(t.get("key") == taint.key for t in tolerations)
+            is_slice_job = pattern.matches(scenario.job_key(document))
+            assert tolerates == is_slice_job, scenario.job_key(document)
+            if is_slice_job:
+                assert document["spec"]["deviceClassName"] in classes & managed
 
 
 def test_every_trigger_and_role_names_jobs_of_the_scenario(reference: scenario.Scenario) -> None:
@@ -88,8 +115,23 @@ def copy(tmp_path: Path) -> Path:
             " victimTiers: [small]}\ncontroller: {cycle_intervall_s: 1}\n",
             "unknown settings cycle_intervall_s",
         ),
+        (
+            "scenario.yaml",
+            "timeoutSeconds: 9\nnamespaces: n\ntenants: tenants.yaml\nsteps: [{file: f, title: t}]"
+            "\nstory: {prod: a/b, scaledReplicas: 3, blocker: a/c, waiting: a/d, backfill: a/*,"
+            " victimTiers: [small]}\ncluster: {nodes: 2, partitionedNodes: 2, sharedNodes: 1}\n",
+            "partitionedNodes plus sharedNodes must not exceed nodes",
+        ),
     ],
-    ids=["bad-yaml", "missing-field", "wrong-kind", "no-namespace", "bad-tenant", "typo"],
+    ids=[
+        "bad-yaml",
+        "missing-field",
+        "wrong-kind",
+        "no-namespace",
+        "bad-tenant",
+        "typo",
+        "split-nodes",
+    ],
 )
 def test_a_broken_scenario_is_refused_with_the_file_and_field(
     copy: Path, file: str, text: str, message: str
