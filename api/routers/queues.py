@@ -1,4 +1,4 @@
-"""`/v1/queues`: pending and admitted jobs and the oldest wait, per tier and tenant."""
+"""`/v1/queues`: pending, admitted and never-fit jobs and the oldest wait, per tier and tenant."""
 
 from __future__ import annotations
 

@@ -122,13 +122,16 @@ class JobPage:
 
 @dataclass(frozen=True, slots=True)
 class QueueSummary:
-    """Per tier and tenant: jobs waiting, jobs holding devices, the longest wait in seconds."""
+    """Per tier and tenant: jobs waiting, jobs holding devices, the longest wait in seconds,
+    and queued jobs the cluster as configured can never run (rule 10): those wait for nothing,
+    so they are neither pending nor part of the longest wait."""
 
     tier: str
     tenant: model.Tenant
     pending: int
     admitted: int
     oldest_wait_s: float | None
+    unschedulable: int
 
 
 def split_key(key: str) -> tuple[str, str]:
@@ -517,14 +520,17 @@ async def get_job(session: AsyncSession, key: str) -> JobDetail | None:
 
 
 async def queue_summary(session: AsyncSession, *, now: float) -> tuple[QueueSummary, ...]:
+    never_fits = func.coalesce(JobRow.pending_code, "") == explain.ReasonCode.UNSCHEDULABLE.value
     queued = JobRow.phase == QUEUED
+    waiting = queued & ~never_fits
     rows = await session.execute(
         select(
             JobRow.tier,
             JobRow.tenant,
-            func.count().filter(queued),
+            func.count().filter(waiting),
             func.count().filter(JobRow.phase.in_(HOLDING_PHASES)),
-            func.min(JobRow.submitted_at).filter(queued),
+            func.min(JobRow.submitted_at).filter(waiting),
+            func.count().filter(queued & never_fits),
         )
         .where(JobRow.phase.not_in(FINISHED_PHASES))
         .group_by(JobRow.tier, JobRow.tenant)
@@ -537,6 +543,7 @@ async def queue_summary(session: AsyncSession, *, now: float) -> tuple[QueueSumm
             pending=pending,
             admitted=admitted,
             oldest_wait_s=None if oldest is None else max(0.0, now - timestamps.to_unix(oldest)),
+            unschedulable=unschedulable,
         )
-        for tier, tenant, pending, admitted, oldest in rows
+        for tier, tenant, pending, admitted, oldest, unschedulable in rows
     )
