@@ -206,7 +206,9 @@ class Actuator:
                 subresource="status",
             ),
             what=f"allocate claim {name}",
-            ok=(409,),
+            # A status patch names no resourceVersion: a 409 wrote nothing, and a pod created
+            # now would have the scheduler allocate the claim (with its finalizer) instead.
+            ok=(),
         )
 
     async def _release(self, gated: list[tuple[str, str]], *, started: float) -> float:

@@ -88,3 +88,18 @@ async def test_a_claim_deleted_under_a_running_gang_is_an_incident_that_is_repai
     claims = harness.objects(resources.RESOURCE_CLAIMS, "ml-train")
     assert sorted(c["metadata"]["name"] for c in claims) == ["train-0", "train-1"]
     assert all(not c["metadata"].get("deletionTimestamp") for c in claims)
+
+
+async def test_a_refused_allocation_is_written_again_before_the_pod_exists(
+    harness: Harness,
+) -> None:
+    """A 409 on the claim's status write means nothing was written: gangq itself allocates
+    the claim on the next step, before the pod, so no scheduler allocation (with its
+    delete-protection finalizer) holds the claim after the job ended."""
+    harness.cluster.faults.fail_next(1, code=409, verb="patch", resource="resourceclaims")
+    harness.start()
+    body = training_job("one", replicas=1, devices=1, run_seconds=0.3, exit_code=1)
+    await harness.kube.create(resources.TRAINING_JOBS, "ml-train", body)
+    await wait_for(lambda: harness.phase("one") == "Failed", within_s=30)
+    assert harness.cluster.faults.injected == 1
+    assert not harness.objects(resources.RESOURCE_CLAIMS, "ml-train")
