@@ -280,6 +280,34 @@ async def mark_running(session: AsyncSession, key: str, *, at: float, actor: str
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """A job that ended for good (`finish_all`): its cause and reason stay on the row (its
+    answer to "why did it end"), each failed replica's node, exit code and message go into
+    the history."""
+
+    key: str
+    succeeded: bool
+    reason: str
+    cause: str = ""
+    failures: Sequence[Mapping[str, object]] = ()
+
+
+FINISH = text(
+    f"""
+    UPDATE jobs AS j
+    SET phase = u.phase, finished_at = :at, evicting = false, pending_code = u.code,
+        pending_message = u.message, queue_position = NULL, reserved_start_at = NULL
+    FROM unnest(CAST(:namespaces AS text[]), CAST(:names AS text[]), CAST(:phases AS text[]),
+                CAST(:codes AS text[]), CAST(:messages AS text[]))
+         AS u(namespace, name, phase, code, message)
+    WHERE j.namespace = u.namespace AND j.name = u.name
+      AND j.phase NOT IN ({", ".join(f"'{phase}'" for phase in FINISHED_PHASES)})
+    RETURNING j.id, j.namespace, j.name, j.tenant
+    """
+)
+
+
 async def finish(
     session: AsyncSession,
     key: str,
@@ -291,22 +319,56 @@ async def finish(
     cause: str = "",
     failures: Sequence[Mapping[str, object]] = (),
 ) -> None:
-    """The gang ended for good: its devices are released and its row stays for history.
+    """The gang ended for good: see `finish_all`."""
+    ending = Ending(key, succeeded=succeeded, reason=reason, cause=cause, failures=failures)
+    await finish_all(session, [ending], at=at, actor=actor)
 
-    The cause and reason stay on the row (they are the job's answer to "why did it end"),
-    and each failed replica's node, exit code and message go into the history."""
-    row = await _live(session, key)
+
+async def finish_all(
+    session: AsyncSession, endings: Sequence[Ending], *, at: float, actor: str
+) -> None:
+    """These gangs ended for good: their devices are released and their rows stay for history.
+
+    Three statements however many end (a burst of endings costs one round of writes); when
+    one of them is not live, nothing is written and `InvalidInputError` names it."""
+    if not endings:
+        return
     instant = timestamps.to_datetime(at)
-    freed = await reservations.release(session, [row.id], at=instant)
-    row.phase = SUCCEEDED if succeeded else FAILED
-    row.finished_at, row.evicting = instant, False
-    row.pending_code, row.pending_message = cause or None, reason
-    row.queue_position = row.reserved_start_at = None
-    details: dict[str, object] = {"devices_released": freed}
-    if failures:
-        details["replicas"] = list(failures)
-    kind = EventKind.SUCCEEDED if succeeded else EventKind.FAILED
-    await _record(session, row, kind=kind, actor=actor, at=at, reason=reason, details=details)
+    rows = await session.execute(
+        FINISH,
+        {
+            "at": instant,
+            "namespaces": [split_key(e.key)[0] for e in endings],
+            "names": [split_key(e.key)[1] for e in endings],
+            "phases": [SUCCEEDED if e.succeeded else FAILED for e in endings],
+            "codes": [e.cause or None for e in endings],
+            "messages": [e.reason for e in endings],
+        },
+    )
+    ended = {f"{namespace}/{name}": (job_id, tenant) for job_id, namespace, name, tenant in rows}
+    missing = [e.key for e in endings if e.key not in ended]
+    if missing or len(ended) != len(endings):
+        raise InvalidInputError(f"no live job {missing[0] if missing else endings[0].key}")
+    freed = await reservations.release(
+        session, [job_id for job_id, _ in ended.values()], at=instant
+    )
+    entries: list[tuple[int | None, events.Event]] = []
+    for ending in endings:
+        job_id, tenant = ended[ending.key]
+        details: dict[str, object] = {"devices_released": freed[job_id]}
+        if ending.failures:
+            details["replicas"] = list(ending.failures)
+        event = events.Event(
+            kind=EventKind.SUCCEEDED if ending.succeeded else EventKind.FAILED,
+            actor=actor,
+            at=at,
+            job_key=ending.key,
+            tenant=tenant,
+            reason=ending.reason,
+            details=details,
+        )
+        entries.append((job_id, event))
+    await events.record(session, entries)
 
 
 async def shrink(session: AsyncSession, key: str, *, replicas: int, at: float, actor: str) -> int:
@@ -317,9 +379,10 @@ async def shrink(session: AsyncSession, key: str, *, replicas: int, at: float, a
         raise InvalidInputError(
             f"job {key} is {row.phase} with {row.replicas} replicas: cannot shrink to {replicas}"
         )
-    freed = await reservations.release(
+    released = await reservations.release(
         session, [row.id], at=timestamps.to_datetime(at), from_replica=replicas
     )
+    freed = released[row.id]
     row.replicas, row.borrowed = replicas, max(0, row.borrowed - freed)
     reason = f"scaled down to {replicas} replicas"
     details = {"devices_released": freed}
@@ -344,7 +407,7 @@ async def requeue(
     each failed replica's node, exit code and message go into the history."""
     row = await _live(session, key)
     instant = timestamps.to_datetime(at)
-    freed = await reservations.release(session, [row.id], at=instant)
+    freed = (await reservations.release(session, [row.id], at=instant))[row.id]
     row.phase, row.evicting, row.borrowed = QUEUED, False, 0
     row.admitted_at = row.started_at = row.reserved_start_at = None
     row.not_before = timestamps.to_datetime(at + backoff_s) if backoff_s > 0 else None
@@ -365,7 +428,8 @@ async def requeue(
 async def suspend(session: AsyncSession, key: str, *, at: float, actor: str, reason: str) -> None:
     """Take the job out of the queue (releasing its gang whole) until `resume`."""
     row = await _live(session, key)
-    freed = await reservations.release(session, [row.id], at=timestamps.to_datetime(at))
+    released = await reservations.release(session, [row.id], at=timestamps.to_datetime(at))
+    freed = released[row.id]
     row.phase, row.evicting, row.borrowed = SUSPENDED, False, 0
     row.admitted_at = row.started_at = None
     row.pending_code = row.pending_message = None

@@ -9,7 +9,7 @@ Released rows are kept: their intervals are the usage record.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
@@ -96,12 +96,12 @@ async def reserve(
 
 async def release(
     session: AsyncSession, job_ids: Iterable[int], *, at: datetime, from_replica: int = 0
-) -> int:
+) -> Counter[int]:
     """End the active reservations of these jobs (of their replicas from `from_replica` on:
-    a scale-down gives back the highest ones); returns how many devices came free."""
+    a scale-down gives back the highest ones); returns how many devices came free per job."""
     ids = list(job_ids)
     if not ids:
-        return 0
+        return Counter()
     result = await session.execute(
         update(ReservationRow)
         .where(
@@ -110,8 +110,9 @@ async def release(
             ReservationRow.replica >= from_replica,
         )
         .values(released_at=at)
+        .returning(ReservationRow.job_id)
     )
-    return int(getattr(result, "rowcount", 0))
+    return Counter(result.scalars())
 
 
 async def active_by_job(
