@@ -86,10 +86,10 @@ class Actuator:
         """Create what is missing, replicas concurrently, each in order claim -> allocation ->
         gated pod; when every replica got through, release them all at once (rule 2).
 
-        The last replica's pod is created without a gate once every other replica is complete,
-        and the other gates are lifted as soon as it exists: one write per gang fewer, and
-        still nothing runs before every claim is allocated and every other pod exists.
-        One pass suffices: the API server's answers, not the watch caches, say that a claim
+        A one-pod gang's pod is created ungated once its claim is allocated. A larger gang's
+        pods are all created gated and released by one round of concurrent gate lifts: one
+        write more than creating the last pod ungated, but a skew of one request, and a
+        refused create can never leave part of the gang running. One pass suffices: the API server's answers, not the watch caches, say that a claim
         is allocated and a pod exists, so a gang goes from reserved to released in one step.
         A refused write leaves the replica incomplete, and the next step picks up from what
         the caches show then. Returns the release skew in seconds, None while incomplete.
