@@ -231,9 +231,13 @@ class JobDetailOut(Schema):
 class QueueOut(Schema):
     tier: str
     tenant: str
-    pending: int
+    pending: int = Field(description="queued jobs waiting for devices, quota or their turn")
     admitted: int
-    oldest_wait_seconds: float | None
+    oldest_wait_seconds: float | None = Field(description="longest wait among the pending jobs")
+    unschedulable: int = Field(
+        description="queued jobs the cluster as configured can never run (reason code "
+        "unschedulable, condition Schedulable=False NeverFits): not pending, no position"
+    )
 
     @classmethod
     def of(cls, summary: jobs.QueueSummary) -> QueueOut:
@@ -243,6 +247,7 @@ class QueueOut(Schema):
             pending=summary.pending,
             admitted=summary.admitted,
             oldest_wait_seconds=summary.oldest_wait_s,
+            unschedulable=summary.unschedulable,
         )
 
 

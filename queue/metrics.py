@@ -44,6 +44,7 @@ class Metrics:
 
     registry: CollectorRegistry
     queue_pending_jobs: Gauge
+    queue_unschedulable_jobs: Gauge
     queue_oldest_pending_seconds: Gauge
     admission_wait_seconds: Histogram
     admissions: Counter
@@ -67,6 +68,13 @@ def create_metrics() -> Metrics:
         queue_pending_jobs=Gauge(
             "gangq_queue_pending_jobs",
             "Jobs waiting for admission.",
+            ["tier", "tenant"],
+            registry=registry,
+        ),
+        queue_unschedulable_jobs=Gauge(
+            "gangq_queue_unschedulable_jobs",
+            "Queued jobs the cluster as configured can never run (Schedulable=False NeverFits); "
+            "not counted as pending.",
             ["tier", "tenant"],
             registry=registry,
         ),
@@ -155,12 +163,21 @@ def set_queue(
     metrics: Metrics,
     pending: Mapping[tuple[str, str], int],
     *,
+    unschedulable: Mapping[tuple[str, str], int],
     oldest_pending_seconds: Mapping[str, float],
 ) -> None:
-    """Replace the queue gauges whole, so a tenant or tier that left the queue leaves no series."""
-    metrics.queue_pending_jobs.clear()
-    for (tier, tenant), count in pending.items():
-        metrics.queue_pending_jobs.labels(tier=tier, tenant=tenant).set(count)
+    """Replace the queue gauges whole, so a tenant or tier that left the queue leaves no series.
+
+    Both counts are keyed by (tier, tenant); a never-fit job waits for nothing, so it is in
+    `unschedulable` only and never in the oldest pending age (which alerts on a stuck queue).
+    """
+    for gauge, counts in (
+        (metrics.queue_pending_jobs, pending),
+        (metrics.queue_unschedulable_jobs, unschedulable),
+    ):
+        gauge.clear()
+        for (tier, tenant), count in counts.items():
+            gauge.labels(tier=tier, tenant=tenant).set(count)
     metrics.queue_oldest_pending_seconds.clear()
     for tier, seconds in oldest_pending_seconds.items():
         metrics.queue_oldest_pending_seconds.labels(tier=tier).set(seconds)
@@ -229,6 +246,7 @@ def set_leader(metrics: Metrics, *, is_leader: bool) -> None:
     if not is_leader:
         for gauge in (
             metrics.queue_pending_jobs,
+            metrics.queue_unschedulable_jobs,
             metrics.queue_oldest_pending_seconds,
             metrics.devices,
             metrics.tenant_devices,

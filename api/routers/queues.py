@@ -1,5 +1,5 @@
-"""`/v1/queues`: pending and admitted jobs and the oldest wait, per tier and tenant; and the
-queued jobs in order, each with the jobs ahead of it (what the queue page lists)."""
+"""`/v1/queues`: pending, admitted and never-fit jobs and the oldest wait, per tier and tenant;
+and the queued jobs in order, each with the jobs ahead of it (what the queue page lists)."""
 
 from __future__ import annotations
 

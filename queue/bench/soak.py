@@ -38,7 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=2_000,
         help="events the emulator keeps for watches to resume from (default 2000)",
     )
-    parser.add_argument("--log", type=Path, help="append the replicas' logs to this file")
+    parser.add_argument(
+        "--logs",
+        type=Path,
+        help="keep each replica start's stderr in this directory, one file per start "
+        "(default: a new directory in the temporary directory, kept after the run)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -200,6 +200,12 @@ class Checker:
         """Jobs neither terminal, refused as invalid, nor (when deleted) gone."""
         found = Findings()
         by_key = {_key(job): job for job in self.items(TRAINING_JOBS)}
+        pods: dict[str, list[str]] = {}
+        for pod in self.items(kinds.PODS.key):
+            state = str((pod.get("status") or {}).get("phase"))
+            pods.setdefault(_job_of(pod) or "", []).append(
+                f"{state} (gated)" if _is_gated(pod) else state
+            )
         for job in submitted:
             obj = by_key.get(job.key)
             if job.deleted:
@@ -217,7 +223,8 @@ class Checker:
                 continue
             found.add(
                 "not_terminal",
-                f"{job.key} ({job.kind.name}) {phase or 'no phase'}: {job_status.get('reason')}",
+                f"{job.key} ({job.kind.name}) {phase or 'no phase'}: {job_status.get('reason')} "
+                f"(pods: {', '.join(sorted(pods.get(job.key, []))) or 'none'})",
             )
         return found
 

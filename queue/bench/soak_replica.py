@@ -5,7 +5,9 @@ port for its REST API), SIGKILL, and reading its log: every asyncio error it rep
 future or task exception never retrieved, an exception reaching the event loop's handler, an
 ERROR record carrying a traceback) arrives as one marker line on stderr, counted here. The
 marker comes from `main`, the replica's entry point, which installs a logging handler and a
-loop exception handler before running the controller. It must not judge the cluster.
+loop exception handler before running the controller. Each start's stderr is kept whole in a
+file of its own, and an exit nobody asked for keeps the last lines (the traceback) for the
+report. It must not judge the cluster.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import signal
 import socket
 import sys
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -98,19 +101,35 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@dataclass(frozen=True, slots=True)
+class Exit:
+    """A replica that ended on its own: which start, how, where its whole stderr is."""
+
+    replica: str
+    start: int
+    status: int
+    log: str
+    tail: tuple[str, ...]
+
+    def report(self) -> dict[str, object]:
+        return asdict(self)
+
+
 @dataclass(eq=False)
 class Replica:
-    """A named replica; `start` and `kill` may alternate for ever."""
+    """A named replica; `start` and `kill` may alternate for ever. `logs` is the directory
+    that keeps each start's stderr (`NAME.START.log`); `echo` hears of each unexpected exit."""
 
     name: str
     database_url: str
     kubeconfig: Path
     token_file: Path
-    log: Path
+    logs: Path
+    echo: Callable[[str], None]
     port: int = field(default_factory=free_port)
     metrics_port: int = field(default_factory=free_port)
     errors: list[str] = field(default_factory=list)
-    unexpected_exits: int = 0
+    exits: list[Exit] = field(default_factory=list)
     crashed: bool = False
     """Exited on its own since the last start; the soak starts it again."""
     starts: int = 0
@@ -118,6 +137,11 @@ class Replica:
     _process: asyncio.subprocess.Process | None = None
     _reader: asyncio.Task[None] | None = None
     _killed: bool = False
+
+    @property
+    def log(self) -> Path:
+        """The stderr of the current (or last) start."""
+        return self.logs / f"{self.name}.{self.starts}.log"
 
     @property
     def base_url(self) -> str:
@@ -149,12 +173,14 @@ class Replica:
         self._killed = False
         self.crashed = False
         self.starts += 1
+        self.tail.clear()
         self._reader = asyncio.create_task(self._read(self._process), name=f"soak-{self.name}-log")
 
     async def _read(self, process: asyncio.subprocess.Process) -> None:
         assert process.stderr is not None
-        with self.log.open("a") as log:
-            log.write(f"--- {self.name} start {self.starts} (pid {process.pid})\n")
+        start, path = self.starts, self.log
+        with path.open("w") as log:
+            log.write(f"--- {self.name} start {start} (pid {process.pid})\n")
             async for raw in process.stderr:
                 line = raw.decode(errors="replace").rstrip("\n")
                 log.write(line + "\n")
@@ -165,9 +191,13 @@ class Replica:
             log.write(f"--- {self.name} exited with {code}\n")
         if not self._killed:
             # An exit nobody asked for is an unhandled exception (Python printed it): count it.
-            self.unexpected_exits += 1
             self.crashed = True
-            self.errors.append(f"exited unexpectedly with status {code}")
+            self.errors.append(f"exited unexpectedly with status {code} (start {start}, {path})")
+            self.exits.append(Exit(self.name, start, code, str(path), tuple(self.tail)))
+            self.echo(
+                f"{self.name} start {start} exited with status {code}; last lines of {path}:\n"
+                + "\n".join(self.tail)
+            )
 
     async def kill(self) -> None:
         """SIGKILL: no cleanup, as a crashed node or an OOM kill would leave it."""

@@ -95,9 +95,9 @@ async def soak(args: argparse.Namespace, *, echo: Echo) -> dict[str, Any]:
             token, token_file = stack.admin_token_file(directory)
             kubeconfig = directory / "kubeconfig"
             kubeconfig.write_text(yaml.safe_dump(cluster.kubeconfig()))
-            log = args.log or directory / "replicas.log"
+            logs = _log_directory(args.logs)
             replicas = [
-                soak_replica.Replica(name, url, kubeconfig, token_file, log)
+                soak_replica.Replica(name, url, kubeconfig, token_file, logs, echo)
                 for name in ("replica-a", "replica-b")
             ]
             exits.push_async_callback(_stop_all, replicas)
@@ -105,7 +105,7 @@ async def soak(args: argparse.Namespace, *, echo: Echo) -> dict[str, Any]:
                 await replica.start()
             dsn = database.libpq_url(url)
             await _until_leading(dsn, replicas)
-            echo(f"replicas up (log {log}); soaking {args.minutes:g} min, seed {args.seed}")
+            echo(f"replicas up (logs in {logs}); soaking {args.minutes:g} min, seed {args.seed}")
             mix = soak_jobs.JobMix(cluster.registry, seed=args.seed)
             injector = soak_faults.Injector(
                 cluster, replicas, dsn, str(make_url(url).database), seed=args.seed + 1
@@ -122,9 +122,18 @@ async def soak(args: argparse.Namespace, *, echo: Echo) -> dict[str, Any]:
                 args, mix, injector, checker, replicas=replicas, local=local, settle=settle
             )
             figures["leader_epoch"] = await _epoch(dsn)
+            figures["logs"] = str(logs)
     figures["elapsed_s"] = round(time.monotonic() - started, 1)
     figures["load_average"] = [round(value, 2) for value in os.getloadavg()]
     return figures
+
+
+def _log_directory(chosen: Path | None) -> Path:
+    """Where the replicas' stderr stays after the run (a new directory unless chosen)."""
+    if chosen is None:
+        return Path(tempfile.mkdtemp(prefix="gangq-soak-logs-"))
+    chosen.mkdir(parents=True, exist_ok=True)
+    return chosen
 
 
 async def _prepare_database(url: str) -> None:
@@ -286,7 +295,8 @@ def _figures(
         },
         "replicas": {
             "starts": {replica.name: replica.starts for replica in replicas},
-            "unexpected_exits": sum(replica.unexpected_exits for replica in replicas),
+            "unexpected_exits": sum(len(replica.exits) for replica in replicas),
+            "exits": [exit.report() for replica in replicas for exit in replica.exits],
         },
         "checks": checker.checks,
         "rest_checks": checker.rest_checks,

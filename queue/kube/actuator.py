@@ -48,11 +48,21 @@ async def _tolerant(
 async def _create(
     kube: Kube, resource: Resource, body: dict[str, Any], *, urgent: bool = False
 ) -> bool:
+    """True once the object exists. Only a 409 that says AlreadyExists means an earlier
+    attempt created it; any other 409 created nothing, and taking it for done would let a
+    gang's release go ahead without one of its pods."""
     namespace = body["metadata"]["namespace"]
     what = f"create {resource.kind} {namespace}/{body['metadata']['name']}"
-    return await _tolerant(
-        lambda: kube.create(resource, namespace, body, urgent=urgent), what=what, ok=(409,)
-    )
+
+    async def create() -> object:
+        try:
+            return await kube.create(resource, namespace, body, urgent=urgent)
+        except KubeError as error:
+            if error.status == 409 and error.reason == "AlreadyExists":
+                return None
+            raise
+
+    return await _tolerant(create, what=what, ok=())
 
 
 async def _delete(kube: Kube, resource: Resource, obj: Mapping[str, Any]) -> bool:
@@ -86,13 +96,14 @@ class Actuator:
         """Create what is missing, replicas concurrently, each in order claim -> allocation ->
         gated pod; when every replica got through, release them all at once (rule 2).
 
-        The last replica's pod is created without a gate once every other replica is complete,
-        and the other gates are lifted as soon as it exists: one write per gang fewer, and
-        still nothing runs before every claim is allocated and every other pod exists.
-        One pass suffices: the API server's answers, not the watch caches, say that a claim
-        is allocated and a pod exists, so a gang goes from reserved to released in one step.
-        A refused write leaves the replica incomplete, and the next step picks up from what
-        the caches show then. Returns the release skew in seconds, None while incomplete.
+        A one-pod gang's pod is created ungated once its claim is allocated. A larger gang's
+        pods are all created gated and released by one round of concurrent gate lifts: one
+        write more than creating the last pod ungated, but a skew of one request, and a
+        refused create can never leave part of the gang running. One pass suffices: the API
+        server's answers, not the watch caches, say that a claim is allocated and a pod
+        exists, so a gang goes from reserved to released in one step. A refused write leaves
+        the replica incomplete, and the next step picks up from what the caches show then.
+        Returns the release skew in seconds, None while incomplete.
         """
         job = gang.job
         assert job is not None
@@ -206,7 +217,9 @@ class Actuator:
                 subresource="status",
             ),
             what=f"allocate claim {name}",
-            ok=(409,),
+            # A status patch names no resourceVersion: a 409 wrote nothing, and a pod created
+            # now would have the scheduler allocate the claim (with its finalizer) instead.
+            ok=(),
         )
 
     async def _release(self, gated: list[tuple[str, str]], *, started: float) -> float:

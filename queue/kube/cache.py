@@ -148,6 +148,8 @@ class ClusterCache:
             await asyncio.wait(tasks)
 
     def objects(self, resource: Resource) -> dict[str, dict[str, Any]]:
+        """The live cache, not a copy: a loop that awaits while iterating it must copy it
+        first, since the watches add and remove objects at every await."""
         return self.caches[resource.plural].objects
 
     def get(self, resource: Resource, key: str) -> dict[str, Any] | None:

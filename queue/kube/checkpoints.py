@@ -100,10 +100,11 @@ class Checkpoints:
         """Store the facts of every queued job (`queued`: uids with a store row) that changed."""
         now = self.clock()
         changed: list[tuple[str, checkpoints.Reported]] = []
-        present = self.view.objects(resources.TRAINING_JOBS)
+        # a copy: the watches change the cache while a warning is written
+        present = list(self.view.objects(resources.TRAINING_JOBS).values())
         if len(self.seen) > len(present):
-            self._forget({str((job.get("metadata") or {}).get("uid")) for job in present.values()})
-        for job in present.values():
+            self._forget({str((job.get("metadata") or {}).get("uid")) for job in present})
+        for job in present:
             meta = job.get("metadata") or {}
             uid = str(meta.get("uid"))
             version = str(meta.get("resourceVersion"))

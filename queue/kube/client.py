@@ -39,7 +39,8 @@ READ_BUFFER = 2**21
 
 class KubeError(GangqError):
     """A request the API server refused or that could not reach it (`status` 0); `resource`
-    is the plural the request path named ("" when unknown)."""
+    is the plural the request path named ("" when unknown), `reason` the Status's reason
+    ("AlreadyExists", "Conflict"... "" when the answer was no Status)."""
 
     def __init__(
         self,
@@ -48,12 +49,14 @@ class KubeError(GangqError):
         *,
         retry_after_s: float | None = None,
         resource: str = "",
+        reason: str = "",
     ) -> None:
         super().__init__(f"{status}: {message}" if status else message)
         self.status = status
         self.message = message
         self.retry_after_s = retry_after_s
         self.resource = resource
+        self.reason = reason
 
 
 def resource_of(path: str) -> str:
@@ -182,12 +185,14 @@ class Kube:
         except json.JSONDecodeError:
             parsed = {"message": text.strip()}
         if not 200 <= response.status <= 299:
-            message = parsed.get("message") if isinstance(parsed, dict) else None
+            found = parsed if isinstance(parsed, dict) else {}
+            message = found.get("message")
             raise KubeError(
                 response.status,
                 f"{method} {path}: {message or text.strip() or response.reason}",
                 retry_after_s=_retry_after(response.headers),
                 resource=resource_of(path),
+                reason=str(found.get("reason") or ""),
             )
         return parsed if isinstance(parsed, dict) else {}
 

@@ -235,18 +235,17 @@ class Gangs:
         learned: list[Run | None] = []
         try:
             async with self.writes.transaction() as session:
-                learned = [await self._store(session, h, ending) for h, ending in batch]
+                learned = await self._store(session, batch)
             done = batch
         except InvalidInputError:
             done, learned = [], []
-            for h, ending in batch:
+            for one in batch:
                 try:
                     async with self.writes.transaction() as session:
-                        run = await self._store(session, h, ending)
-                    done.append((h, ending))
-                    learned.append(run)
+                        learned.extend(await self._store(session, [one]))
+                    done.append(one)
                 except InvalidInputError as error:
-                    logger.warning("gang %s: store refused: %s", h.gang.key, error)
+                    logger.warning("gang %s: store refused: %s", one[0].gang.key, error)
         for run in learned:
             self.history.learn(run)
         for h, ending in done:
@@ -255,26 +254,37 @@ class Gangs:
         await asyncio.gather(*(self._ended_with(e) for _, e in done if e is not None))
 
     async def _store(
-        self,
-        session: AsyncSession,
-        held: Held,
-        ending: _Ended | None,
-    ) -> Run | None:
-        """A start or an end in the caller's transaction; an end that is a run (module
-        `history`) is recorded with it and returned, to be learned once committed."""
-        gang, now, actor = held.gang, self.clock(), self.settings.actor
-        if ending is None:
-            await jobs.mark_running(
-                session,
-                gang.key,
-                at=now,
-                actor=actor,
-                release_skew_ms=self.skews_ms.get(gang.uid),
-            )
-            return None
-        verdict, context = ending.verdict, ending.context
-        failures = [f.details() for f in verdict.failures]
-        if verdict.ending in (lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED):
+        self, session: AsyncSession, batch: list[tuple[Held, _Ended | None]]
+    ) -> list[Run | None]:
+        """Starts and ends in the caller's transaction, the gangs that ended for good in one
+        go; an end that is a run (module `history`) is recorded with it and returned, to be
+        learned once committed."""
+        now, actor = self.clock(), self.settings.actor
+        finished: list[jobs.Ending] = []
+        for held, ending in batch:
+            gang = held.gang
+            if ending is None:
+                await jobs.mark_running(
+                    session,
+                    gang.key,
+                    at=now,
+                    actor=actor,
+                    release_skew_ms=self.skews_ms.get(gang.uid),
+                )
+                continue
+            verdict, context = ending.verdict, ending.context
+            failures = [f.details() for f in verdict.failures]
+            if verdict.ending not in (lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED):
+                finished.append(
+                    jobs.Ending(
+                        gang.key,
+                        succeeded=verdict.ending is lifecycle.Ending.SUCCEEDED,
+                        reason=verdict.reason,
+                        cause=status.condition_reason(verdict.cause),
+                        failures=failures,
+                    )
+                )
+                continue
             backoff = 0.0
             if verdict.ending is lifecycle.Ending.REQUEUE:
                 backoff = min(
@@ -291,25 +301,23 @@ class Gangs:
                 backoff_s=backoff,
                 failures=failures,
             )
-        else:
-            await jobs.finish(
-                session,
-                gang.key,
-                succeeded=verdict.ending is lifecycle.Ending.SUCCEEDED,
-                at=now,
-                actor=actor,
-                reason=verdict.reason,
-                cause=status.condition_reason(verdict.cause),
-                failures=failures,
-            )
-            if verdict.reason.startswith(REFUSED):
+        await jobs.finish_all(session, finished, at=now, actor=actor)
+        for ended in finished:
+            if ended.reason.startswith(REFUSED):
                 await refusals.mark_refused(
-                    session, gang.key, message=verdict.reason.removeprefix(REFUSED)
+                    session, ended.key, message=ended.reason.removeprefix(REFUSED)
                 )
-        tier = self.settings.tier(held.row.tier)
-        return await self.history.record(
-            session, held.row, verdict, now=now, long_running=bool(tier and tier.long_running)
-        )
+        learned: list[Run | None] = []
+        for held, ending in batch:
+            if ending is not None:
+                tier = self.settings.tier(held.row.tier)
+                long_running = bool(tier and tier.long_running)
+                learned.append(
+                    await self.history.record(
+                        session, held.row, ending.verdict, now=now, long_running=long_running
+                    )
+                )
+        return learned
 
     async def _drive(
         self, held: Held, facts: _Facts, records: Mapping[str, jobs.JobRecord]

@@ -103,7 +103,8 @@ class Intake:
         self.changed = set()
         fresh: list[tuple[dict[str, Any], model.PendingJob]] = []
         present: set[str] = set()
-        for job in self.view.objects(resources.TRAINING_JOBS).values():
+        # a copy: the watches change the cache while a refusal is written
+        for job in list(self.view.objects(resources.TRAINING_JOBS).values()):
             meta = job.get("metadata") or {}
             uid = str(meta.get("uid") or "")
             present.add(uid)

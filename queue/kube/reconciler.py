@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
-from gangq.queue.core import capacity, model, sharing
+from gangq.queue.core import capacity, explain, model, sharing
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import (
@@ -231,13 +231,20 @@ class Reconciler:
                 if record is not None and not record.is_evicting:
                     gangq_metrics.record_preemption(self.metrics, record.tier, reason="priority")
         pending: dict[tuple[str, str], int] = defaultdict(int)
+        never_fits: dict[tuple[str, str], int] = defaultdict(int)
         oldest: dict[str, float] = {}
         now = self.clock()
         for record in by_key.values():
-            if record.phase == "Queued":
-                pending[(record.tier, record.tenant)] += 1
-                oldest[record.tier] = max(oldest.get(record.tier, 0.0), now - record.submitted_at)
-        gangq_metrics.set_queue(self.metrics, pending, oldest_pending_seconds=oldest)
+            if record.phase != "Queued":
+                continue
+            if record.reason is not None and record.reason.code is explain.ReasonCode.UNSCHEDULABLE:
+                never_fits[(record.tier, record.tenant)] += 1
+                continue
+            pending[(record.tier, record.tenant)] += 1
+            oldest[record.tier] = max(oldest.get(record.tier, 0.0), now - record.submitted_at)
+        gangq_metrics.set_queue(
+            self.metrics, pending, unschedulable=never_fits, oldest_pending_seconds=oldest
+        )
 
     async def _sweep(self, held: list[gangs.Held], records: Mapping[str, jobs.JobRecord]) -> None:
         """Claims and running pods of gangs that hold nothing (left by a crash) go; terminated

@@ -124,13 +124,16 @@ class JobPage:
 
 @dataclass(frozen=True, slots=True)
 class QueueSummary:
-    """Per tier and tenant: jobs waiting, jobs holding devices, the longest wait in seconds."""
+    """Per tier and tenant: jobs waiting, jobs holding devices, the longest wait in seconds,
+    and queued jobs the cluster as configured can never run (rule 10): those wait for nothing,
+    so they are neither pending nor part of the longest wait."""
 
     tier: str
     tenant: model.Tenant
     pending: int
     admitted: int
     oldest_wait_s: float | None
+    unschedulable: int
 
 
 def split_key(key: str) -> tuple[str, str]:
@@ -288,6 +291,35 @@ async def mark_running(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """A job that ended for good (`finish_all`): its cause and reason stay on the row (its
+    answer to "why did it end"), each failed replica's node, exit code and message go into
+    the history."""
+
+    key: str
+    succeeded: bool
+    reason: str
+    cause: str = ""
+    failures: Sequence[Mapping[str, object]] = ()
+
+
+FINISH = text(
+    f"""
+    UPDATE jobs AS j
+    SET phase = u.phase, finished_at = :at, evicting = false, pending_code = u.code,
+        pending_message = u.message, queue_position = NULL, reserved_start_at = NULL,
+        reserved_nodes = NULL
+    FROM unnest(CAST(:namespaces AS text[]), CAST(:names AS text[]), CAST(:phases AS text[]),
+                CAST(:codes AS text[]), CAST(:messages AS text[]))
+         AS u(namespace, name, phase, code, message)
+    WHERE j.namespace = u.namespace AND j.name = u.name
+      AND j.phase NOT IN ({", ".join(f"'{phase}'" for phase in FINISHED_PHASES)})
+    RETURNING j.id, j.namespace, j.name, j.tenant
+    """
+)
+
+
 async def finish(
     session: AsyncSession,
     key: str,
@@ -299,22 +331,56 @@ async def finish(
     cause: str = "",
     failures: Sequence[Mapping[str, object]] = (),
 ) -> None:
-    """The gang ended for good: its devices are released and its row stays for history.
+    """The gang ended for good: see `finish_all`."""
+    ending = Ending(key, succeeded=succeeded, reason=reason, cause=cause, failures=failures)
+    await finish_all(session, [ending], at=at, actor=actor)
 
-    The cause and reason stay on the row (they are the job's answer to "why did it end"),
-    and each failed replica's node, exit code and message go into the history."""
-    row = await _live(session, key)
+
+async def finish_all(
+    session: AsyncSession, endings: Sequence[Ending], *, at: float, actor: str
+) -> None:
+    """These gangs ended for good: their devices are released and their rows stay for history.
+
+    Three statements however many end (a burst of endings costs one round of writes); when
+    one of them is not live, nothing is written and `InvalidInputError` names it."""
+    if not endings:
+        return
     instant = timestamps.to_datetime(at)
-    freed = await reservations.release(session, [row.id], at=instant)
-    row.phase = SUCCEEDED if succeeded else FAILED
-    row.finished_at, row.evicting = instant, False
-    row.pending_code, row.pending_message = cause or None, reason
-    row.queue_position = row.reserved_start_at = row.reserved_nodes = None
-    details: dict[str, object] = {"devices_released": freed}
-    if failures:
-        details["replicas"] = list(failures)
-    kind = EventKind.SUCCEEDED if succeeded else EventKind.FAILED
-    await _record(session, row, kind=kind, actor=actor, at=at, reason=reason, details=details)
+    rows = await session.execute(
+        FINISH,
+        {
+            "at": instant,
+            "namespaces": [split_key(e.key)[0] for e in endings],
+            "names": [split_key(e.key)[1] for e in endings],
+            "phases": [SUCCEEDED if e.succeeded else FAILED for e in endings],
+            "codes": [e.cause or None for e in endings],
+            "messages": [e.reason for e in endings],
+        },
+    )
+    ended = {f"{namespace}/{name}": (job_id, tenant) for job_id, namespace, name, tenant in rows}
+    missing = [e.key for e in endings if e.key not in ended]
+    if missing or len(ended) != len(endings):
+        raise InvalidInputError(f"no live job {missing[0] if missing else endings[0].key}")
+    freed = await reservations.release(
+        session, [job_id for job_id, _ in ended.values()], at=instant
+    )
+    entries: list[tuple[int | None, events.Event]] = []
+    for ending in endings:
+        job_id, tenant = ended[ending.key]
+        details: dict[str, object] = {"devices_released": freed[job_id]}
+        if ending.failures:
+            details["replicas"] = list(ending.failures)
+        event = events.Event(
+            kind=EventKind.SUCCEEDED if ending.succeeded else EventKind.FAILED,
+            actor=actor,
+            at=at,
+            job_key=ending.key,
+            tenant=tenant,
+            reason=ending.reason,
+            details=details,
+        )
+        entries.append((job_id, event))
+    await events.record(session, entries)
 
 
 async def shrink(session: AsyncSession, key: str, *, replicas: int, at: float, actor: str) -> int:
@@ -325,9 +391,10 @@ async def shrink(session: AsyncSession, key: str, *, replicas: int, at: float, a
         raise InvalidInputError(
             f"job {key} is {row.phase} with {row.replicas} replicas: cannot shrink to {replicas}"
         )
-    freed = await reservations.release(
+    released = await reservations.release(
         session, [row.id], at=timestamps.to_datetime(at), from_replica=replicas
     )
+    freed = released[row.id]
     row.replicas, row.borrowed = replicas, max(0, row.borrowed - freed)
     reason = f"scaled down to {replicas} replicas"
     details = {"devices_released": freed}
@@ -352,7 +419,7 @@ async def requeue(
     each failed replica's node, exit code and message go into the history."""
     row = await _live(session, key)
     instant = timestamps.to_datetime(at)
-    freed = await reservations.release(session, [row.id], at=instant)
+    freed = (await reservations.release(session, [row.id], at=instant))[row.id]
     row.phase, row.evicting, row.borrowed = QUEUED, False, 0
     row.admitted_at = row.started_at = row.reserved_start_at = row.reserved_nodes = None
     row.not_before = timestamps.to_datetime(at + backoff_s) if backoff_s > 0 else None
@@ -373,7 +440,8 @@ async def requeue(
 async def suspend(session: AsyncSession, key: str, *, at: float, actor: str, reason: str) -> None:
     """Take the job out of the queue (releasing its gang whole) until `resume`."""
     row = await _live(session, key)
-    freed = await reservations.release(session, [row.id], at=timestamps.to_datetime(at))
+    released = await reservations.release(session, [row.id], at=timestamps.to_datetime(at))
+    freed = released[row.id]
     row.phase, row.evicting, row.borrowed = SUSPENDED, False, 0
     row.admitted_at = row.started_at = None
     row.pending_code = row.pending_message = None
@@ -530,14 +598,17 @@ async def get_job(session: AsyncSession, key: str) -> JobDetail | None:
 
 
 async def queue_summary(session: AsyncSession, *, now: float) -> tuple[QueueSummary, ...]:
+    never_fits = func.coalesce(JobRow.pending_code, "") == explain.ReasonCode.UNSCHEDULABLE.value
     queued = JobRow.phase == QUEUED
+    waiting = queued & ~never_fits
     rows = await session.execute(
         select(
             JobRow.tier,
             JobRow.tenant,
-            func.count().filter(queued),
+            func.count().filter(waiting),
             func.count().filter(JobRow.phase.in_(HOLDING_PHASES)),
-            func.min(JobRow.submitted_at).filter(queued),
+            func.min(JobRow.submitted_at).filter(waiting),
+            func.count().filter(queued & never_fits),
         )
         .where(JobRow.phase.not_in(FINISHED_PHASES))
         .group_by(JobRow.tier, JobRow.tenant)
@@ -550,8 +621,9 @@ async def queue_summary(session: AsyncSession, *, now: float) -> tuple[QueueSumm
             pending=pending,
             admitted=admitted,
             oldest_wait_s=None if oldest is None else max(0.0, now - timestamps.to_unix(oldest)),
+            unschedulable=unschedulable,
         )
-        for tier, tenant, pending, admitted, oldest in rows
+        for tier, tenant, pending, admitted, oldest, unschedulable in rows
     )
 
 

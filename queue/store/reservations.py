@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -164,12 +164,12 @@ async def reserve(
 
 async def release(
     session: AsyncSession, job_ids: Iterable[int], *, at: datetime, from_replica: int = 0
-) -> int:
+) -> Counter[int]:
     """End the active reservations of these jobs (of their replicas from `from_replica` on:
-    a scale-down gives back the highest ones); returns how many devices came free."""
+    a scale-down gives back the highest ones); returns how many devices came free per job."""
     ids = list(job_ids)
     if not ids:
-        return 0
+        return Counter()
     result = await session.execute(
         update(ReservationRow)
         .where(
@@ -178,8 +178,9 @@ async def release(
             ReservationRow.replica >= from_replica,
         )
         .values(released_at=at)
+        .returning(ReservationRow.job_id)
     )
-    return int(getattr(result, "rowcount", 0))
+    return Counter(result.scalars())
 
 
 async def active_by_job(

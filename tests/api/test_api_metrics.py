@@ -13,6 +13,7 @@ def test_every_product_metric_is_registered() -> None:
     names = metrics.series_names(metrics.create_metrics())
     assert {
         "gangq_queue_pending_jobs",
+        "gangq_queue_unschedulable_jobs",
         "gangq_admission_wait_seconds_bucket",
         "gangq_devices",
         "gangq_tenant_devices",
@@ -36,11 +37,15 @@ def test_queue_gauges_are_replaced_whole() -> None:
     metrics.set_queue(
         registry,
         {("training", "ml"): 3, ("small", "ci"): 1},
+        unschedulable={("small", "ci"): 2},
         oldest_pending_seconds={"training": 60},
     )
-    metrics.set_queue(registry, {("training", "ml"): 2}, oldest_pending_seconds={})
+    metrics.set_queue(
+        registry, {("training", "ml"): 2}, unschedulable={}, oldest_pending_seconds={}
+    )
     assert value(registry, "gangq_queue_pending_jobs", tier="training", tenant="ml") == 2
     assert value(registry, "gangq_queue_pending_jobs", tier="small", tenant="ci") is None
+    assert value(registry, "gangq_queue_unschedulable_jobs", tier="small", tenant="ci") is None
     assert value(registry, "gangq_queue_oldest_pending_seconds", tier="training") is None
 
 
@@ -90,11 +95,17 @@ def test_device_and_tenant_gauges() -> None:
 def test_losing_leadership_drops_the_leaders_gauges() -> None:
     registry = metrics.create_metrics()
     metrics.set_leader(registry, is_leader=True)
-    metrics.set_queue(registry, {("training", "ml"): 3}, oldest_pending_seconds={"training": 5})
+    metrics.set_queue(
+        registry,
+        {("training", "ml"): 3},
+        unschedulable={("training", "ml"): 1},
+        oldest_pending_seconds={"training": 5},
+    )
     metrics.set_devices(registry, "gpu.nvidia.com", free=1, reserved=2, held_by_others=0)
     metrics.set_leader(registry, is_leader=False)
     assert value(registry, "gangq_leader") == 0
     assert value(registry, "gangq_queue_pending_jobs", tier="training", tenant="ml") is None
+    assert value(registry, "gangq_queue_unschedulable_jobs", tier="training", tenant="ml") is None
     assert value(registry, "gangq_devices", device_class="gpu.nvidia.com", state="free") is None
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from gangq.queue.bench import soak_replica
 from gangq.queue.cli import main
 
 RUN_CLI = "from gangq.queue.cli import main; main()"
@@ -54,3 +57,40 @@ def test_a_short_seeded_soak_has_no_violation_leak_stuck_job_or_asyncio_error(
     assert sum(figures["faults_injected"].values()) >= 8
     assert figures["replicas"]["unexpected_exits"] == 0
     assert figures["checks"] > 0 and figures["rest_checks"] > 0
+
+
+async def test_a_replica_that_dies_leaves_its_stderr_and_last_lines(tmp_path: Path) -> None:
+    """A replica that cannot start (nothing listens at its database's port) exits 1 on its
+    own: the exit is reported with its status, the file that keeps that start's whole stderr
+    and its last lines, and told on the soak's stderr."""
+    heard: list[str] = []
+    told = asyncio.Event()
+
+    def hear(text: str) -> None:
+        heard.append(text)
+        told.set()
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    replica = soak_replica.Replica(
+        "replica-x",
+        "postgresql://nobody@127.0.0.1:1/none",
+        tmp_path / "kubeconfig",
+        tmp_path / "tokens.yaml",
+        logs,
+        hear,
+    )
+    await replica.start()
+    async with asyncio.timeout(60):
+        await told.wait()
+    (found,) = replica.exits
+    assert (found.replica, found.start, found.status) == ("replica-x", 1, 1)
+    assert found.log == str(logs / "replica-x.1.log")
+    kept = await asyncio.to_thread(Path(found.log).read_text)
+    assert kept.endswith("--- replica-x exited with 1\n")
+    assert "ConnectionRefusedError" in found.tail[-1] and found.tail[-1] in kept
+    assert replica.crashed and replica.errors == [
+        f"exited unexpectedly with status 1 (start 1, {found.log})"
+    ]
+    assert heard[0].startswith("replica-x start 1 exited with status 1")
+    assert heard[0].endswith(found.tail[-1])

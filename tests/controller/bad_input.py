@@ -84,3 +84,11 @@ def kube_events(harness: Harness, name: str, namespace: str, reason: str) -> lis
         for event in harness.objects(resources.EVENTS, namespace)
         if event["involvedObject"]["name"] == name and event["reason"] == reason
     ]
+
+
+def gauge(
+    harness: Harness, name: str, *, tier: str = "training", tenant: str | None = "ml-train"
+) -> float | None:
+    """A queue gauge of replica "a" (None when it has no such series)."""
+    labels = {"tier": tier} if tenant is None else {"tier": tier, "tenant": tenant}
+    return harness.metrics["a"].registry.get_sample_value(name, labels)

@@ -14,6 +14,7 @@ from kubernetes_asyncio import client
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gangq.queue import controller
+from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings, QuotaConfig, TenantConfig
 from gangq.queue.kube import cache, resources
 from gangq.queue.kube.client import Kube
@@ -101,14 +102,22 @@ class Harness:
     runs: dict[str, tuple[asyncio.Task[None], asyncio.Event, cache.ClusterCache]] = field(
         default_factory=dict
     )
+    metrics: dict[str, gangq_metrics.Metrics] = field(default_factory=dict)
+    """The registry each replica feeds, by name (kept after it stops)."""
 
     def start(self, name: str = "a", **overrides: Any) -> cache.ClusterCache:
         stop = asyncio.Event()
         chosen = self.settings.model_copy(update={"holder": name, **overrides})
         view = cache.ClusterCache(self.api, settings=chosen)
+        self.metrics[name] = gangq_metrics.create_metrics()
         task = asyncio.create_task(
             controller.run_controller(
-                settings=chosen, api_client=self.api, engine=self.engine, stop=stop, cluster=view
+                settings=chosen,
+                api_client=self.api,
+                engine=self.engine,
+                stop=stop,
+                cluster=view,
+                metrics=self.metrics[name],
             ),
             name=f"controller-{name}",
         )

@@ -200,9 +200,16 @@ async def _never_fits(
     assert (schedulable["status"], schedulable["reason"]) == ("False", "NeverFits")
     async with bad_input.rest(database_url, tmp_path) as api:
         out = await bad_input.job_out(api, "ml-train", name)
+        queues = (await api.get("/v1/queues")).json()
     assert out["phase"] == "Queued"
     assert out["reason"] == {"code": "unschedulable", "message": shown["reason"]}
     assert out["queuePosition"] is None and out["reservedStartAt"] is None
+    # counted apart from the jobs that wait: it waits for nothing
+    row = next(q for q in queues if (q["tier"], q["tenant"]) == ("training", "ml-train"))
+    assert (row["pending"], row["unschedulable"], row["oldestWaitSeconds"]) == (0, 1, None)
+    await wait_until(lambda: bad_input.gauge(harness, "gangq_queue_unschedulable_jobs") == 1)
+    assert bad_input.gauge(harness, "gangq_queue_pending_jobs") is None
+    assert bad_input.gauge(harness, "gangq_queue_oldest_pending_seconds", tenant=None) is None
     counts = await bad_input.stored(harness.engine, "ml-train", name)
     assert counts.get("reservations") == 0 and "admitted" not in counts, counts
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from gangq.queue.kube import objects, resources
+from gangq.queue.kubesim import kinds
+from gangq.queue.kubesim.storage import Event
 from tests.controller.conftest import Harness, training_job, wait_for
 
 
@@ -88,3 +90,41 @@ async def test_a_claim_deleted_under_a_running_gang_is_an_incident_that_is_repai
     claims = harness.objects(resources.RESOURCE_CLAIMS, "ml-train")
     assert sorted(c["metadata"]["name"] for c in claims) == ["train-0", "train-1"]
     assert all(not c["metadata"].get("deletionTimestamp") for c in claims)
+
+
+async def test_a_refused_allocation_is_written_again_before_the_pod_exists(
+    harness: Harness,
+) -> None:
+    """A 409 on the claim's status write means nothing was written: gangq itself allocates
+    the claim on the next step, before the pod, so no scheduler allocation (with its
+    delete-protection finalizer) holds the claim after the job ended."""
+    harness.cluster.faults.fail_next(1, code=409, verb="patch", resource="resourceclaims")
+    harness.start()
+    body = training_job("one", replicas=1, devices=1, run_seconds=0.3, exit_code=1)
+    await harness.kube.create(resources.TRAINING_JOBS, "ml-train", body)
+    await wait_for(lambda: harness.phase("one") == "Failed", within_s=30)
+    assert harness.cluster.faults.injected == 1
+    assert not harness.objects(resources.RESOURCE_CLAIMS, "ml-train")
+
+
+async def test_a_conflict_on_a_pod_create_holds_the_whole_release_back(harness: Harness) -> None:
+    """Only AlreadyExists means an earlier attempt created the pod: after any other 409 the
+    pod does not exist, and no sibling may be released until it does (rule 2)."""
+    partial: list[list[str]] = []
+
+    def on_pod(event: Event) -> None:
+        if event.resource != kinds.PODS.key:
+            return
+        pods = harness.objects(resources.PODS, "ml-train")
+        if len(pods) < 2 and any(not p["spec"].get("schedulingGates") for p in pods):
+            partial.append(sorted(p["metadata"]["name"] for p in pods))
+
+    harness.cluster.registry.storage.listeners.append(on_pod)
+    harness.cluster.faults.fail_next(1, code=409, verb="create", resource="pods")
+    harness.start()
+    await harness.kube.create(
+        resources.TRAINING_JOBS, "ml-train", training_job("train", run_seconds=0.3)
+    )
+    await wait_for(lambda: harness.phase("train") == "Succeeded", within_s=30)
+    assert harness.cluster.faults.injected == 1
+    assert not partial, f"released without every pod: {partial}"

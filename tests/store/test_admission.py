@@ -407,3 +407,27 @@ async def test_preemption_marks_whole_victim_gangs_once(
     assert [(e.reason, e.details["for"]) for e in preempted] == [(victim.reason, "serving/llm")]
     assert serving.job.phase == "Queued"
     assert all(v.job == victim.job for p in second.preemptions for v in p.victims)
+
+
+async def test_a_never_fit_job_is_counted_apart_from_the_pending_ones(
+    database_url: str, session_factory: Sessions
+) -> None:
+    """It waits for nothing: no pending count, no part in the oldest wait, a count of its own."""
+    await _setup(
+        session_factory,
+        job("ml-train/never", devices_per_replica=1000, submitted_at=T0 - 600),
+        job("ml-train/big", replicas=2, devices_per_replica=8, submitted_at=T0 - 30),
+        job("ml-train/next", submitted_at=T0 - 20),
+    )
+    leadership, epoch = await _epoch(database_url)
+    try:
+        result = await _cycle(session_factory, epoch)
+    finally:
+        await leadership.release()
+    assert result.pending["ml-train/never"].code == "unschedulable"
+    async with session_factory() as session:
+        (summary,) = await jobs.queue_summary(session, now=T0 + 10)
+        never = await jobs.get_job(session, "ml-train/never")
+    assert (summary.pending, summary.admitted, summary.unschedulable) == (1, 1, 1)
+    assert summary.oldest_wait_s == 30.0
+    assert never is not None and never.job.phase == "Queued" and never.job.position is None
