@@ -1,8 +1,9 @@
 """The resourceclaim controller of kube-controller-manager, as far as pods need it.
 
-Owns creating a pod's claim from a ResourceClaimTemplate and, once a pod is gone, removing it
-from its claims' `reservedFor`; a claim carrying the delete-protection finalizer is then
-deallocated and the finalizer dropped (corpus 5-42..5-46), others keep their allocation.
+Owns creating a pod's claim from a ResourceClaimTemplate and, once a pod is gone or done (a
+terminal phase), removing it from its claims' `reservedFor`; a claim carrying the
+delete-protection finalizer is then deallocated and the finalizer dropped (corpus
+5-42..5-46), others keep their allocation.
 It must not allocate: that is the scheduler's job.
 """
 
@@ -53,7 +54,7 @@ def claim_from_template(
 
 
 def release(registry: Registry, pod: dict[str, Any]) -> None:
-    """The resourceclaim controller: drop a gone pod from reservedFor; deallocate claims
+    """The resourceclaim controller: drop a gone or done pod from reservedFor; deallocate claims
     that carry the delete-protection finalizer once nobody holds them (corpus 5-42..5-46)."""
     namespace, uid = pod["metadata"].get("namespace") or "", pod["metadata"].get("uid")
     for claim in list(registry.storage.items(kinds.RESOURCE_CLAIMS.key, namespace)):

@@ -66,7 +66,7 @@ class Scheduler:
     def _on_event(self, event: Event) -> None:
         if event.resource == kinds.PODS.key:
             self._track(event.object, deleted=event.type == DELETED)
-            if event.type == DELETED:
+            if event.type == DELETED or _is_done(event.object):
                 self._gone.append(event.object)
         if event.resource in (
             kinds.PODS.key,
@@ -428,6 +428,15 @@ def _histogram(reasons: dict[str, str]) -> str:
     for reason in reasons.values():
         counts[reason] = counts.get(reason, 0) + 1
     return ", ".join(sorted(f"{count} {reason}" for reason, count in counts.items()))
+
+
+def _is_done(pod: dict[str, Any]) -> bool:
+    """No container of the pod runs or ever will: the resourceclaim controller then drops it
+    from its claims' reservedFor (upstream `isPodDone`: a terminal phase, or deleted before it
+    was scheduled), though the pod object stays."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or bool(
+        pod["metadata"].get("deletionTimestamp") and not (pod.get("spec") or {}).get("nodeName")
+    )
 
 
 def _is_pending(pod: dict[str, Any]) -> bool:

@@ -232,3 +232,22 @@ async def test_post_filter_frees_a_claim_pinned_to_a_node_the_pod_cannot_use(
     assert (
         _claim(cluster, "moved")["status"]["allocation"]["devices"]["results"][0]["pool"] == "gpu-1"
     )
+
+
+async def test_a_finished_pod_leaves_reserved_for_while_the_pod_stays(
+    cluster: Emulator, api: client.ApiClient
+) -> None:
+    """The resourceclaim controller drops done pods (a terminal phase), not only deleted ones:
+    the scheduler-made claim is deallocated while the Succeeded pod is kept for its logs."""
+    resource, core = client.ResourceV1Api(api), client.CoreV1Api(api)
+    await resource.create_namespaced_resource_claim("default", claim("done", count=1))
+    body = pod("done", claims=("done",), restartPolicy="Never")
+    body["metadata"]["annotations"] = {"sim.gangq.dev/run-seconds": "0.05"}
+    await core.create_namespaced_pod("default", body)
+    await wait_until(lambda: (_claim(cluster, "done").get("status") or {}).get("reservedFor"))
+    released = await wait_until(
+        lambda: not (_claim(cluster, "done").get("status") or {}) and _claim(cluster, "done")
+    )
+    assert "finalizers" not in released["metadata"]
+    kept = cluster.registry.storage.get("/pods", "default", "done")
+    assert kept is not None and kept["status"]["phase"] == "Succeeded"
