@@ -60,10 +60,16 @@ def submit_job(demo: Demo, name: str, *, replicas: int) -> None:
     assert answer.status_code == 201, answer.text
 
 
+DEMO_CELLS = 72 + 104 + 8
+"""One cell per device per class of the reference demo: gpu.nvidia.com has the 64 H100 of the
+eight whole-GPU nodes and gpu-8's 8 whole GPUs; partition.gpu.nvidia.com has gpu-8's GPUs whole
+and as 12 partitions each; shared.gpu.nvidia.com gpu-9's 8 shared GPUs."""
+
+
 def test_cluster_shows_every_device_with_its_holder(admin: Page) -> None:
     cells = admin.locator("main .cells .cell")
-    assert cells.count() == 64
-    assert "64 devices on 8 nodes" in admin.inner_text("[data-summary='gpu.nvidia.com']")
+    assert cells.count() == DEMO_CELLS
+    assert "72 devices on 9 nodes" in admin.inner_text("[data-summary='gpu.nvidia.com']")
     assert "Largest placeable gang" in admin.inner_text("main")
     held = admin.locator("main .cell.mine")
     assert held.count() == 24
@@ -74,7 +80,7 @@ def test_cluster_shows_every_device_with_its_holder(admin: Page) -> None:
     assert "inference/llm-prod" in (
         admin.evaluate("document.activeElement.getAttribute('aria-label')") or ""
     )
-    assert admin.locator("main .cells .cell.free").count() == 40
+    assert admin.locator("main .cells .cell.free").count() == DEMO_CELLS - 24
     screenshot(admin, "cluster")
     assert admin.errors == []  # type: ignore[attr-defined]
 
@@ -128,7 +134,7 @@ def test_a_submitted_job_appears_in_the_queue_without_a_reload(admin: Page, demo
 
 def test_a_viewer_sees_only_its_tenants_jobs(browser: Browser, demo: Demo) -> None:
     viewer = sign_in(browser, demo, demo.viewers["ml-train"])
-    assert viewer.locator("main .cells .cell").count() == 64
+    assert viewer.locator("main .cells .cell").count() == DEMO_CELLS
     assert viewer.locator("main .cells .cell.other").count() == 24
     assert "llm-prod" not in viewer.inner_text("main")
     open_page(viewer, "jobs")
