@@ -87,6 +87,16 @@ function words(total) {
   return Object.entries(total).map(([s, n]) => `${n} ${STATE_WORDS[s]}`).join(", ");
 }
 
+function cellCount(nodes) {
+  return nodes.reduce((sum, node) => sum + node.devices.length, 0);
+}
+
+// The summary counts GPU-equivalents (a GPU split into partitions or shares counts once); it
+// names the devices drawn below when they differ.
+function amount(gpus, cells) {
+  return gpus === cells ? `${gpus} devices` : `${gpus} GPU-equivalents in ${cells} devices`;
+}
+
 function deviceClass(group, data) {
   const u = group.usage;
   const gang = u.largestPlaceableGang;
@@ -98,7 +108,7 @@ function deviceClass(group, data) {
     el("h2", { id }, u.deviceClassName),
     el("div", { class: "summary" },
       el("div", { "data-summary": u.deviceClassName },
-        `${u.total} devices on ${nodes.length} nodes: ${words(total)}. `,
+        `${amount(u.total, cellCount(nodes))} on ${nodes.length} nodes: ${words(total)}. `,
         el("strong", {}, `Largest placeable gang: ${gang.replicas} × ${gang.devicesPerReplica}`),
         ` (${gang.devices} devices); most free on one node: ${u.largestReplica}.`),
       bar(segments(nodes, data), words(total))),
@@ -108,7 +118,7 @@ function deviceClass(group, data) {
       const rackTotal = counts(rack.nodes);
       section.append(el("div", { class: "rack" },
         el("h3", {}, `${data.rackLabel || "rack"} ${rack.name || "(none)"}: ` +
-          `${rack.nodes.length} nodes, ${words(rackTotal)}`),
+          `${rack.nodes.length} nodes, ${cellCount(rack.nodes)} devices: ${words(rackTotal)}`),
         el("div", { class: "nodes" }, rack.nodes.map((node) => nodeCells(node, data)))));
     }
     return section;

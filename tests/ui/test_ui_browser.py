@@ -70,6 +70,9 @@ def test_cluster_shows_every_device_with_its_holder(admin: Page) -> None:
     cells = admin.locator("main .cells .cell")
     assert cells.count() == DEMO_CELLS
     assert "72 devices on 9 nodes" in admin.inner_text("[data-summary='gpu.nvidia.com']")
+    assert "8 GPU-equivalents in 104 devices on 1 nodes" in admin.inner_text(
+        "[data-summary='partition.gpu.nvidia.com']"
+    )
     assert "Largest placeable gang" in admin.inner_text("main")
     held = admin.locator("main .cell.mine")
     assert held.count() == 24
