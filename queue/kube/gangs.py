@@ -319,6 +319,26 @@ class Gangs:
                 )
         return learned
 
+    async def _read_claims(self, gang: lifecycle.Gang) -> lifecycle.Gang:
+        """The gang's claims read from the API server, not the watch cache: each kind has
+        its own watch, and a claims watch that lags (a dropped stream, a relist under way)
+        would show a released gang's claims missing or unallocated while its pods are seen.
+        Ending the gang on that would release its devices while the claims still hold them."""
+        namespace = gang.key.split("/", 1)[0]
+        fresh: dict[int, dict[str, Any]] = {}
+        for placement in gang.placement:
+            name = objects.replica_name(gang.name, placement.replica)
+            try:
+                claim = await self.actuator.kube.get(resources.RESOURCE_CLAIMS, namespace, name)
+            except KubeError as error:
+                if error.status != 404:
+                    raise
+                continue
+            labels = (claim.get("metadata") or {}).get("labels") or {}
+            if labels.get(objects.GANG_LABEL) == gang.uid:
+                fresh[placement.replica] = claim
+        return dataclasses.replace(gang, claims=fresh)
+
     async def _drive(
         self, held: Held, facts: _Facts, records: Mapping[str, jobs.JobRecord]
     ) -> None:
@@ -343,6 +363,10 @@ class Gangs:
                 logger.warning("gang %s: scale-down failed: %s", gang.key, error)
             return
         verdict = ending or lifecycle.assess(gang, context)
+        if ending is None and any(f.cause == lifecycle.CLAIM_CHANGED for f in verdict.failures):
+            gang = await self._read_claims(gang)
+            held = dataclasses.replace(held, gang=gang)
+            verdict = lifecycle.assess(gang, context)
         if verdict.action is lifecycle.Action.TEARDOWN:
             self.endings[memo] = verdict
         try:

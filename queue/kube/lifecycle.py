@@ -88,13 +88,15 @@ class ReplicaFailure:
         }
 
 
+CLAIM_CHANGED = "ClaimChanged"
+"""Cause of a replica whose claim is gone or holds other devices than reserved."""
 CAUSES = {
     "NodeLost": "its node was lost",
     "StartupTimeout": "not Ready in time",
     "MaxRuntimeExceeded": "ran past maxRuntimeSeconds",
     "Lost": "its pod disappeared",
     "DeviceTainted": "a device was tainted NoExecute",
-    "ClaimChanged": "its claim was changed by someone else",
+    CLAIM_CHANGED: "its claim was changed by someone else",
 }
 
 
@@ -202,9 +204,7 @@ def _claim_problem(gang: Gang, *, released: bool) -> ReplicaFailure | None:
             }:
                 problem = f"claim {name} holds other shares than the reserved ones"
         if problem is not None:
-            return ReplicaFailure(
-                placement.replica, placement.node, "ClaimChanged", message=problem
-            )
+            return ReplicaFailure(placement.replica, placement.node, CLAIM_CHANGED, message=problem)
     return None
 
 

@@ -128,3 +128,42 @@ async def test_a_conflict_on_a_pod_create_holds_the_whole_release_back(harness: 
     await wait_for(lambda: harness.phase("train") == "Succeeded", within_s=30)
     assert harness.cluster.faults.injected == 1
     assert not partial, f"released without every pod: {partial}"
+
+
+async def test_a_claim_missing_only_from_a_lagging_watch_does_not_end_the_gang(
+    harness: Harness,
+) -> None:
+    """Each kind has its own watch: when the claims watch lags behind the pods watch, a
+    released gang's claim is missing from the cache though it exists. gangq reads the claim
+    from the API server before calling it gone; ending the gang on the cache's word would
+    release its devices while the claim still holds them (a double allocation next)."""
+    view = harness.start()
+    job = training_job("train", run_seconds=None, maxRestarts=2)
+    await harness.kube.create(resources.TRAINING_JOBS, "ml-train", job)
+    await wait_for(lambda: harness.phase("train") == "Running")
+    claims = view.caches[resources.RESOURCE_CLAIMS.plural]
+    claims.objects.pop("ml-train/train-0")
+    claims.version += 1
+    before = _cycles(harness)
+    # A job that cannot fit beside the gang: every step it causes drives the running gang
+    # with its claim missing from the cache.
+    await harness.kube.create(
+        resources.TRAINING_JOBS, "ml-train", training_job("other", replicas=1, devices=1)
+    )
+    await wait_for(lambda: _cycles(harness) >= before + 3)
+    status = (harness.job("train") or {}).get("status") or {}
+    assert (harness.phase("train"), status.get("restarts", 0)) == ("Running", 0)
+    assert "ml-train/train-0" not in claims.objects
+    kept = harness.objects(resources.RESOURCE_CLAIMS, "ml-train")
+    assert sorted(c["metadata"]["name"] for c in kept) == ["train-0", "train-1"]
+
+
+def _cycles(harness: Harness, name: str = "a") -> float:
+    """Scheduling cycles the replica has run: each step runs one, then drives every gang."""
+    histogram = harness.metrics[name].scheduling_cycle_seconds
+    return next(
+        sample.value
+        for metric in histogram.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_count")
+    )
