@@ -290,10 +290,13 @@ class Kube:
                     raise KubeError(0, f"watch {resource.plural} dropped: {error}") from error
                 if not line:
                     return
-                if line.strip():
-                    try:
-                        yield json.loads(line)
-                    except json.JSONDecodeError as error:
-                        raise KubeError(0, f"watch {resource.plural}: bad line: {error}") from error
+                if not line.strip():
+                    continue
+                try:
+                    # Watch streams are UTF-8: decoded as such, not sniffed line by line.
+                    event = json.loads(line.decode())
+                except ValueError as error:
+                    raise KubeError(0, f"watch {resource.plural}: bad line: {error}") from error
+                yield event
         finally:
             response.release()
