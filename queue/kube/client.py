@@ -35,6 +35,11 @@ REQUESTS_IN_FLIGHT = 16
 the API server's queue, so an urgent request (a gang's release) meets a short queue there."""
 READ_BUFFER = 2**21
 """Watch events of large objects can exceed aiohttp's default read buffer."""
+REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30.0)
+WATCH_TIMEOUT = aiohttp.ClientTimeout(total=None)
+"""A watch lasts as long as the server keeps it open (its `timeoutSeconds`)."""
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+"""One compact encoder for every body (`json.dumps` with options builds one per call)."""
 
 
 class KubeError(GangqError):
@@ -125,10 +130,11 @@ class Kube:
         body: Any = None,
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
-        timeout_s: float | None = 30.0,
+        limits: aiohttp.ClientTimeout = REQUEST_TIMEOUT,
     ) -> aiohttp.ClientResponse:
-        url = self.host + path + (f"?{urlencode(query)}" if query else "")
-        data = None if body is None else json.dumps(body, separators=(",", ":"))
+        # Paths are built from object names and the query by urlencode: already encoded.
+        url = URL(self.host + path + (f"?{urlencode(query)}" if query else ""), encoded=True)
+        data = None if body is None else _ENCODER.encode(body).encode()
         try:
             return await self._client().request(
                 method,
@@ -137,7 +143,7 @@ class Kube:
                 headers=await self._headers(content_type),
                 proxy=self._proxy,
                 server_hostname=self.configuration.tls_server_name,
-                timeout=aiohttp.ClientTimeout(total=timeout_s),
+                timeout=limits,
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
             raise KubeError(
@@ -154,7 +160,27 @@ class Kube:
         content_type: str = "application/json",
         urgent: bool = False,
     ) -> dict[str, Any]:
-        """One request; `urgent` ones skip the in-flight limit (see REQUESTS_IN_FLIGHT)."""
+        """One request and the API server's answer as a dict."""
+        raw = await self._call(method, path, body, query, content_type, urgent=urgent)
+        try:
+            parsed = json.loads(raw) if raw else {}
+        except json.JSONDecodeError:
+            return {"message": raw.decode("utf-8", errors="replace").strip()}
+        return parsed if isinstance(parsed, dict) else {}
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        query: Mapping[str, str] | None,
+        content_type: str,
+        *,
+        urgent: bool,
+    ) -> bytes:
+        """The answer's raw body; `urgent` requests skip the in-flight limit (see
+        REQUESTS_IN_FLIGHT). Writes whose answer nobody reads stop here: decoding the whole
+        object the API server sends back costs more than the request's own setup."""
         if urgent:
             return await self._exchange(method, path, body, query, content_type)
         if self._slots is None:
@@ -169,7 +195,7 @@ class Kube:
         body: Any,
         query: Mapping[str, str] | None,
         content_type: str,
-    ) -> dict[str, Any]:
+    ) -> bytes:
         response = await self._send(method, path, body=body, query=query, content_type=content_type)
         try:
             raw = await response.read()
@@ -179,22 +205,22 @@ class Kube:
             ) from error
         finally:
             response.release()
+        if 200 <= response.status <= 299:
+            return raw
         text = raw.decode("utf-8", errors="replace")
         try:
             parsed = json.loads(raw) if raw else {}
         except json.JSONDecodeError:
-            parsed = {"message": text.strip()}
-        if not 200 <= response.status <= 299:
-            found = parsed if isinstance(parsed, dict) else {}
-            message = found.get("message")
-            raise KubeError(
-                response.status,
-                f"{method} {path}: {message or text.strip() or response.reason}",
-                retry_after_s=_retry_after(response.headers),
-                resource=resource_of(path),
-                reason=str(found.get("reason") or ""),
-            )
-        return parsed if isinstance(parsed, dict) else {}
+            parsed = {}
+        found = parsed if isinstance(parsed, dict) else {}
+        message = found.get("message")
+        raise KubeError(
+            response.status,
+            f"{method} {path}: {message or text.strip() or response.reason}",
+            retry_after_s=_retry_after(response.headers),
+            resource=resource_of(path),
+            reason=str(found.get("reason") or ""),
+        )
 
     async def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any]:
         return await self.request("GET", resource.path(namespace, name))
@@ -219,24 +245,28 @@ class Kube:
         subresource: str = "",
         content_type: str = MERGE_PATCH,
         urgent: bool = False,
-    ) -> dict[str, Any]:
+    ) -> None:
+        """The patched object comes back through the watch; the answer is not decoded."""
         path = resource.path(namespace, name, subresource=subresource)
-        return await self.request(
-            "PATCH", path, body=body, content_type=content_type, urgent=urgent
-        )
+        await self._call("PATCH", path, body, None, content_type, urgent=urgent)
 
     async def delete(
         self, resource: Resource, namespace: str, name: str, *, grace_s: int | None = None
-    ) -> dict[str, Any]:
+    ) -> None:
         query = {} if grace_s is None else {"gracePeriodSeconds": str(grace_s)}
-        return await self.request("DELETE", resource.path(namespace, name), query=query)
+        await self._call(
+            "DELETE", resource.path(namespace, name), None, query, "application/json", urgent=False
+        )
 
     async def delete_collection(
         self, resource: Resource, namespace: str, *, label_selector: str
-    ) -> dict[str, Any]:
-        """One request for every object of the namespace the selector matches."""
+    ) -> None:
+        """One request for every object of the namespace the selector matches (the answer, a
+        list of them all, is not decoded)."""
         query = {"labelSelector": label_selector}
-        return await self.request("DELETE", resource.path(namespace), query=query)
+        await self._call(
+            "DELETE", resource.path(namespace), None, query, "application/json", urgent=False
+        )
 
     async def watch(
         self, resource: Resource, *, resource_version: str, timeout_s: int
@@ -248,7 +278,7 @@ class Kube:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_s),
         }
-        response = await self._send("GET", resource.path(), query=query, timeout_s=None)
+        response = await self._send("GET", resource.path(), query=query, limits=WATCH_TIMEOUT)
         try:
             if response.status != 200:
                 text = await response.text()
@@ -260,10 +290,13 @@ class Kube:
                     raise KubeError(0, f"watch {resource.plural} dropped: {error}") from error
                 if not line:
                     return
-                if line.strip():
-                    try:
-                        yield json.loads(line)
-                    except json.JSONDecodeError as error:
-                        raise KubeError(0, f"watch {resource.plural}: bad line: {error}") from error
+                if not line.strip():
+                    continue
+                try:
+                    # Watch streams are UTF-8: decoded as such, not sniffed line by line.
+                    event = json.loads(line.decode())
+                except ValueError as error:
+                    raise KubeError(0, f"watch {resource.plural}: bad line: {error}") from error
+                yield event
         finally:
             response.release()
