@@ -308,7 +308,28 @@ class Actuator:
         for claim in claims:
             if objects.CLAIM_FINALIZER in ((claim.get("metadata") or {}).get("finalizers") or []):
                 await self._unprotect(claim)
-        return not claims
+        if claims:
+            return False
+        return gang is None or not namespace or not await self._claims_left(namespace, gang)
+
+    async def _claims_left(self, namespace: str, gang: str) -> bool:
+        """The gang's claims as the API server lists them, deleted if any: the claims cache
+        has its own watch and may lag, and a claim it misses still holds its devices, so the
+        reservation must not be released on the cache's word (one read per ended gang)."""
+        selector = f"{objects.GANG_LABEL}={gang}"
+        listed = await self.kube.list(
+            resources.RESOURCE_CLAIMS, query={"labelSelector": selector, "limit": "1"}
+        )
+        if not listed.get("items"):
+            return False
+        await _tolerant(
+            lambda: self.kube.delete_collection(
+                resources.RESOURCE_CLAIMS, namespace, label_selector=selector
+            ),
+            what=f"delete claims of gang {gang} in {namespace}",
+            ok=(404,),
+        )
+        return True
 
     async def _unprotect(self, claim: Mapping[str, Any]) -> None:
         """Drop the finalizer an earlier gangq put on its claims."""

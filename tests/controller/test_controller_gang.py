@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
 from gangq.queue.kube import objects, resources
+from gangq.queue.kube.actuator import Actuator
 from gangq.queue.kubesim import kinds
 from gangq.queue.kubesim.storage import Event
 from tests.controller.conftest import Harness, training_job, wait_for
@@ -167,3 +170,28 @@ def _cycles(harness: Harness, name: str = "a") -> float:
         for sample in metric.samples
         if sample.name.endswith("_count")
     )
+
+
+async def test_a_teardown_is_done_only_when_the_api_server_lists_no_claim_of_the_gang(
+    harness: Harness,
+) -> None:
+    """The claims cache may miss claims its watch has not delivered yet: a teardown handed
+    none still asks the API server, deletes what is left, and is done only after that."""
+    actuator = Actuator(harness.kube, settings=harness.settings, clock=time.time)
+    for replica in (0, 1):
+        body = {
+            "metadata": {
+                "name": f"late-{replica}",
+                "labels": {objects.GANG_LABEL: "uid-late", objects.REPLICA_LABEL: str(replica)},
+            },
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+                }
+            },
+        }
+        await harness.kube.create(resources.RESOURCE_CLAIMS, "ml-train", body)
+    teardown = {"namespace": "ml-train", "gang": "uid-late", "pods": [], "claims": []}
+    assert await actuator.teardown(**teardown) is False
+    assert harness.objects(resources.RESOURCE_CLAIMS, "ml-train") == []
+    assert await actuator.teardown(**teardown) is True
