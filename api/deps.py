@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.api import auth
+from gangq.queue.core import capacity, model
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +115,18 @@ async def session(request: Request) -> AsyncIterator[AsyncSession]:
             await opened.close()
         except (SQLAlchemyError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError):
             logger.debug("closing a request's database session failed", exc_info=True)
+
+
+def synced_inventory(request: Request) -> model.Inventory:
+    """The cluster as this process sees it, or 503 until its caches have synced."""
+    view: capacity.ClusterView | None = request.app.state.cluster
+    inventory = None if view is None else view.inventory()
+    if inventory is None:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            "this process has no view of the cluster yet; retry when it has synced",
+        )
+    return inventory
 
 
 PrincipalDep = Annotated[auth.Principal, Depends(current_principal)]

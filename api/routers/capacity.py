@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Request, status
+from fastapi import APIRouter, Request
 
 from gangq.api import schemas
-from gangq.api.deps import PrincipalDep, SessionDep
+from gangq.api.deps import PrincipalDep, SessionDep, synced_inventory
 from gangq.queue.core import capacity
 from gangq.queue.store import reservations
 
@@ -17,13 +17,7 @@ async def get_capacity(
     principal: PrincipalDep, session: SessionDep, request: Request
 ) -> schemas.CapacityOut:
     """Counts only, no tenant names: every authenticated caller may read it."""
-    view: capacity.ClusterView | None = request.app.state.cluster
-    inventory = None if view is None else view.inventory()
-    if inventory is None:
-        raise HTTPException(
-            status.HTTP_503_SERVICE_UNAVAILABLE,
-            "this process has no view of the cluster yet; retry when it has synced",
-        )
+    inventory = synced_inventory(request)
     reserved = await reservations.reserved_devices(session)
     report = capacity.summarize(inventory, reserved, matcher=request.app.state.matcher)
     return schemas.CapacityOut.of(report)

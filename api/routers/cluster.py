@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 
-from fastapi import APIRouter, HTTPException, Request, status
+from fastapi import APIRouter, Request
 
 from gangq.api import schemas
-from gangq.api.deps import PrincipalDep, SessionDep
+from gangq.api.deps import PrincipalDep, SessionDep, synced_inventory
 from gangq.queue.core import capacity, model
 from gangq.queue.core.device import Device, DeviceId
 from gangq.queue.store import reservations
@@ -40,13 +40,7 @@ async def get_cluster(
     principal: PrincipalDep, session: SessionDep, request: Request
 ) -> schemas.ClusterOut:
     """Devices per class, rack and node; holders named only where the caller may read them."""
-    view: capacity.ClusterView | None = request.app.state.cluster
-    inventory = None if view is None else view.inventory()
-    if inventory is None:
-        raise HTTPException(
-            status.HTTP_503_SERVICE_UNAVAILABLE,
-            "this process has no view of the cluster yet; retry when it has synced",
-        )
+    inventory = synced_inventory(request)
     held = await reservations.holders(session)
     reserved = frozenset(held)
     matcher = request.app.state.matcher
