@@ -13,7 +13,6 @@ change claims or slices itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gangq.queue.core import device as core_device
-from gangq.queue.kubesim import deletion, filters, kinds, status
+from gangq.queue.kubesim import deletion, filters, kinds, reacting, status
 from gangq.queue.kubesim.allocation import DeviceKey
 from gangq.queue.kubesim.registry import Registry
 from gangq.queue.kubesim.storage import Event
@@ -88,22 +87,20 @@ class DeviceTaintEviction:
             self._wake.set()
 
     async def run(self) -> None:
-        self.registry.storage.listeners.append(self._on_event)
-        self._wake.set()
-        try:
-            while True:
-                timeout = _RESYNC_SECONDS
-                if self._next is not None:
-                    left = (self._next - self.registry.clock()).total_seconds()
-                    timeout = min(timeout, max(left, 0.0))
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
-                        await self._wake.wait()
-                self._wake.clear()
-                self.cycle()
-                await asyncio.sleep(0)
-        finally:
-            self.registry.storage.listeners.remove(self._on_event)
+        await reacting.react(
+            self.registry.storage,
+            on_event=self._on_event,
+            wake=self._wake,
+            cycle=self.cycle,
+            timeout_s=self._until_next,
+        )
+
+    def _until_next(self) -> float:
+        """Seconds until the next timed eviction, at most the resync period."""
+        if self._next is None:
+            return _RESYNC_SECONDS
+        left = (self._next - self.registry.clock()).total_seconds()
+        return min(_RESYNC_SECONDS, max(left, 0.0))
 
     def cycle(self) -> None:
         """Evict every pod whose time has come; remember when the next one will."""

@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from gangq.queue.kubesim import deletion, kinds, status
+from gangq.queue.kubesim import deletion, kinds, reacting, status
 from gangq.queue.kubesim.podlogs import PodLogs
 from gangq.queue.kubesim.registry import Registry
 from gangq.queue.kubesim.storage import DELETED, Event
@@ -61,26 +61,27 @@ class Kubelets:
             self._wake.set()
 
     async def run(self) -> None:
-        self.registry.storage.listeners.append(self._on_event)
         for pod in self.registry.storage.items(kinds.PODS.key):
             if (pod.get("spec") or {}).get("nodeName"):
                 self._dirty.add((pod["metadata"].get("namespace") or "", pod["metadata"]["name"]))
-        self._wake.set()
         try:
-            while True:
-                await self._wake.wait()
-                self._wake.clear()
-                dirty, self._dirty = self._dirty, set()
-                for namespace, name in sorted(dirty):
-                    try:
-                        self._sync(namespace, name)
-                    except status.ApiError as error:
-                        log.debug("kubelet sync of %s/%s: %s", namespace, name, error.message)
-                await asyncio.sleep(0)
+            await reacting.react(
+                self.registry.storage,
+                on_event=self._on_event,
+                wake=self._wake,
+                cycle=self._sync_dirty,
+            )
         finally:
-            self.registry.storage.listeners.remove(self._on_event)
             for timer in self._timers.values():
                 timer.cancel()
+
+    def _sync_dirty(self) -> None:
+        dirty, self._dirty = self._dirty, set()
+        for namespace, name in sorted(dirty):
+            try:
+                self._sync(namespace, name)
+            except status.ApiError as error:
+                log.debug("kubelet sync of %s/%s: %s", namespace, name, error.message)
 
     def _later(self, uid: str, seconds: float, action: Any) -> None:
         if uid in self._timers:

@@ -12,14 +12,13 @@ every write goes through the registry.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any
 
 from gangq.queue.core.cel import DeviceMatcher
-from gangq.queue.kubesim import allocation, claims, filters, kinds, status
+from gangq.queue.kubesim import allocation, claims, filters, kinds, reacting, status
 from gangq.queue.kubesim.registry import Registry
 from gangq.queue.kubesim.storage import DELETED, Event
 from gangq.queue.kubesim.validation import pods
@@ -77,20 +76,15 @@ class Scheduler:
             self._wake.set()
 
     async def run(self) -> None:
-        self.registry.storage.listeners.append(self._on_event)
         for pod in self.registry.storage.items(kinds.PODS.key):
             self._track(pod, deleted=False)
-        self._wake.set()
-        try:
-            while True:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(_RESYNC_SECONDS):
-                        await self._wake.wait()
-                self._wake.clear()
-                self.cycle()
-                await asyncio.sleep(0)
-        finally:
-            self.registry.storage.listeners.remove(self._on_event)
+        await reacting.react(
+            self.registry.storage,
+            on_event=self._on_event,
+            wake=self._wake,
+            cycle=self.cycle,
+            timeout_s=lambda: _RESYNC_SECONDS,
+        )
 
     def cycle(self) -> None:
         """Release claims of gone pods, then try every pending pod once."""
