@@ -249,7 +249,7 @@ async def _live(session: AsyncSession, key: str) -> JobRow:
     return row
 
 
-async def _record(
+async def record_event(
     session: AsyncSession,
     row: JobRow,
     *,
@@ -259,6 +259,7 @@ async def _record(
     reason: str,
     details: Mapping[str, object] | None = None,
 ) -> None:
+    """One history entry of the job (refusals write theirs through it too)."""
     event = events.Event(
         kind=kind,
         actor=actor,
@@ -280,7 +281,7 @@ async def mark_running(
     if row.phase != ADMITTED:
         raise InvalidInputError(f"job {key} is {row.phase}, only an Admitted job can start")
     row.phase, row.started_at = RUNNING, timestamps.to_datetime(at)
-    await _record(
+    await record_event(
         session,
         row,
         kind=EventKind.STARTED,
@@ -398,7 +399,7 @@ async def shrink(session: AsyncSession, key: str, *, replicas: int, at: float, a
     row.replicas, row.borrowed = replicas, max(0, row.borrowed - freed)
     reason = f"scaled down to {replicas} replicas"
     details = {"devices_released": freed}
-    await _record(
+    await record_event(
         session, row, kind=EventKind.RELEASED, actor=actor, at=at, reason=reason, details=details
     )
     return freed
@@ -428,11 +429,11 @@ async def requeue(
     else:
         row.restarts += 1
     details: dict[str, object] = {"devices_released": freed, "backoff_s": backoff_s}
-    await _record(
+    await record_event(
         session, row, kind=EventKind.RELEASED, actor=actor, at=at, reason=reason, details=details
     )
     requeued = {"replicas": list(failures)} if failures else None
-    await _record(
+    await record_event(
         session, row, kind=EventKind.REQUEUED, actor=actor, at=at, reason=reason, details=requeued
     )
 
@@ -447,7 +448,7 @@ async def suspend(session: AsyncSession, key: str, *, at: float, actor: str, rea
     row.pending_code = row.pending_message = None
     row.queue_position = row.reserved_start_at = row.reserved_nodes = None
     details = {"devices_released": freed}
-    await _record(
+    await record_event(
         session, row, kind=EventKind.SUSPENDED, actor=actor, at=at, reason=reason, details=details
     )
 
@@ -458,7 +459,7 @@ async def resume(session: AsyncSession, key: str, *, at: float, actor: str) -> N
     if row.phase != SUSPENDED:
         raise InvalidInputError(f"job {key} is {row.phase}, only a Suspended job can resume")
     row.phase = QUEUED
-    await _record(session, row, kind=EventKind.RESUMED, actor=actor, at=at, reason="resumed")
+    await record_event(session, row, kind=EventKind.RESUMED, actor=actor, at=at, reason="resumed")
 
 
 class _RecordFields(Protocol):

@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.queue.core import explain, model
-from gangq.queue.store import events, jobs, spec, timestamps
+from gangq.queue.store import jobs, spec, timestamps
 from gangq.queue.store.errors import ConflictError
 from gangq.queue.store.models import FAILED, QUEUED, EventKind, JobRow
 
@@ -25,20 +25,6 @@ INVALID = str(explain.ReasonCode.INVALID)
 
 def _is_refused(row: JobRow) -> bool:
     return row.phase == FAILED and row.pending_code == INVALID
-
-
-async def _event(
-    session: AsyncSession, row: JobRow, *, kind: EventKind, reason: str, at: float, actor: str
-) -> None:
-    event = events.Event(
-        kind=kind,
-        actor=actor,
-        at=at,
-        job_key=f"{row.namespace}/{row.name}",
-        tenant=row.tenant,
-        reason=reason,
-    )
-    await events.record(session, [(row.id, event)])
 
 
 def _fill(row: JobRow, job: model.PendingJob) -> None:
@@ -72,7 +58,9 @@ async def refuse(
         row.pending_code, row.pending_message = INVALID, reason.message
         session.add(row)
         await session.flush()
-    await _event(session, row, kind=EventKind.FAILED, reason=reason.message, at=at, actor=actor)
+    await jobs.record_event(
+        session, row, kind=EventKind.FAILED, reason=reason.message, at=at, actor=actor
+    )
     return True
 
 
@@ -96,7 +84,7 @@ async def requeue_fixed(
         if jobs.LIVE_KEY_INDEX in str(error.orig):
             raise ConflictError(f"a live job {job.key} already exists: {error.orig}") from error
         raise
-    await _event(
+    await jobs.record_event(
         session,
         row,
         kind=EventKind.REQUEUED,
