@@ -205,6 +205,21 @@ async def reference() -> AsyncIterator[Replay]:
             yield replay
 
 
+def until(path: str, check: Callable[[Any], bool]) -> Callable[[Replay], Awaitable[Any]]:
+    """A setup step that polls GET `path` until `check` holds on the reply (controllers of
+    the emulator act asynchronously, as a real cluster's do)."""
+
+    async def wait(reference: Replay) -> None:
+        for _ in range(500):
+            reply = await reference.call("GET", path)
+            if check(reply):
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"{path} never reached the expected state")
+
+    return wait
+
+
 async def eventually(check: Callable[[], Any], *, attempts: int = 500) -> None:
     """Poll in-process state until `check` holds (bounded; the emulator works asynchronously)."""
     for _ in range(attempts):

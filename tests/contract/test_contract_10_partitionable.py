@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import Case, Replay, load, run
+from .conftest import Case, Replay, load, run, until
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/ref10/resourceclaims"
 PODS = "/api/v1/namespaces/ref10/pods"
@@ -47,18 +47,6 @@ def _claim(name: str, source: str) -> Callable[[Replay], Awaitable[Any]]:
     return create
 
 
-def _until(path: str, check: Callable[[Any], bool]) -> Callable[[Replay], Awaitable[Any]]:
-    async def wait(reference: Replay) -> None:
-        for _ in range(500):
-            reply = await reference.call("GET", path)
-            if check(reply):
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"{path} never reached the expected state")
-
-    return wait
-
-
 CLUSTER = (_namespace, "10-01", _second_node, "10-02")
 POOLS = (*CLUSTER, "10-04", "10-05", "10-13", "10-17")
 ALLOCATION = ("status.allocation.devices", "status.allocation.nodeSelector")
@@ -66,7 +54,7 @@ MIG0 = (*POOLS, _claim("mig0", "10-33"), "10-29")
 SCHEDULED = (
     *MIG0,
     "10-31",
-    _until(f"{CLAIMS}/mig0", lambda r: bool((r.body.get("status") or {}).get("reservedFor"))),
+    until(f"{CLAIMS}/mig0", lambda r: bool((r.body.get("status") or {}).get("reservedFor"))),
 )
 
 
@@ -124,7 +112,7 @@ async def _settled(reference: Replay) -> None:
 
 
 async def _notol_released(reference: Replay) -> None:
-    await _until(f"{CLAIMS}/notol", lambda r: not (r.body.get("status") or {}).get("reservedFor"))(
+    await until(f"{CLAIMS}/notol", lambda r: not (r.body.get("status") or {}).get("reservedFor"))(
         reference
     )
 
@@ -217,7 +205,7 @@ async def _sched_mig(reference: Replay) -> None:
         conditions = (r.body.get("status") or {}).get("conditions") or []
         return any(c.get("reason") == "Unschedulable" for c in conditions)
 
-    await _until(f"{PODS}/p-sched-mig", unschedulable)(reference)
+    await until(f"{PODS}/p-sched-mig", unschedulable)(reference)
 
 
 SECTION_10 = [

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
-from .conftest import Case, Replay, load, run
+from .conftest import Case, Replay, load, run, until
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/ref/resourceclaims"
 PODS = "/api/v1/namespaces/ref/pods"
@@ -60,20 +59,8 @@ def _pod(name: str, claim: str, *, gated: bool = False) -> Callable[[Replay], Aw
     return create
 
 
-def _until(path: str, check: Callable[[Any], bool]) -> Callable[[Replay], Awaitable[Any]]:
-    async def wait(reference: Replay) -> None:
-        for _ in range(500):
-            reply = await reference.call("GET", path)
-            if check(reply):
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"{path} never reached the expected state")
-
-    return wait
-
-
 def _running(pod: str) -> Callable[[Replay], Awaitable[Any]]:
-    return _until(
+    return until(
         f"{PODS}/{pod}", lambda r: r.status == 200 and r.body["status"].get("phase") == "Running"
     )
 
@@ -82,11 +69,11 @@ def _deleted(pod: str) -> tuple[Callable[[Replay], Awaitable[Any]], ...]:
     async def delete(reference: Replay) -> None:
         await reference.call("DELETE", f"{PODS}/{pod}", query={"gracePeriodSeconds": "0"})
 
-    return delete, _until(f"{PODS}/{pod}", lambda r: r.status == 404)
+    return delete, until(f"{PODS}/{pod}", lambda r: r.status == 404)
 
 
 def _settled(claim: str) -> Callable[[Replay], Awaitable[Any]]:
-    return _until(
+    return until(
         f"{CLAIMS}/{claim}",
         lambda r: r.status == 404 or not (r.body.get("status") or {}).get("reservedFor"),
     )
@@ -203,7 +190,7 @@ async def test_section_5_scheduler_allocation_and_release_writes(reference: Repl
     await _running("sched-alloc-2-pod")(reference)
     for step in (
         *_deleted("sched-alloc-2-pod"),
-        _until(f"{CLAIMS}/sched-alloc-2", lambda r: not r.body["metadata"].get("finalizers")),
+        until(f"{CLAIMS}/sched-alloc-2", lambda r: not r.body["metadata"].get("finalizers")),
     ):
         await step(reference)
     request = load("5-42")["request"]
