@@ -23,6 +23,7 @@ from gangq.queue.kubesim.validation import decoding, meta
 
 Clock = Callable[[], datetime]
 _NAME_SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
+GENERATE_NAME_DRAWS = 8
 _IMMUTABLE_METADATA = (
     "uid",
     "creationTimestamp",
@@ -137,8 +138,7 @@ class Registry:
             causes += meta.finalizer_causes(obj) + strategy.validate_create(obj, self)
         if causes:
             raise status.invalid(rt.kind, rt.error_group, name, causes)
-        if self.storage.peek(rt.store_key, metadata.get("namespace") or "", name) is not None:
-            raise status.already_exists(rt.plural, rt.group, name)
+        name = self._free_name(rt, metadata, name)
         if dry_run:
             return Written(obj, warnings, created=True)
         stored = self.commit(rt, obj)
@@ -157,13 +157,29 @@ class Registry:
             )
         metadata["namespace"] = namespace
 
+    def _free_name(self, rt: kinds.ResourceType, metadata: dict[str, Any], name: str) -> str:
+        """The name to store under: a generated one that is taken is drawn again, as the real
+        API server does (RetryGenerateName, GA in 1.32: up to 8 draws) before it answers 409."""
+        namespace = metadata.get("namespace") or ""
+        draws = GENERATE_NAME_DRAWS if metadata.get("generateName") else 1
+        for _ in range(draws - 1):
+            if self.storage.peek(rt.store_key, namespace, name) is None:
+                return name
+            name = metadata["name"] = self._generated(metadata["generateName"])
+        if self.storage.peek(rt.store_key, namespace, name) is not None:
+            raise status.already_exists(rt.plural, rt.group, name)
+        return name
+
+    @staticmethod
+    def _generated(prefix: str) -> str:
+        return prefix + "".join(random.choice(_NAME_SUFFIX) for _ in range(5))
+
     def _new_metadata(
         self, rt: kinds.ResourceType, strategy: Strategy, metadata: dict[str, Any]
     ) -> str:
         """Server-owned metadata of a new object; returns its (possibly generated) name."""
         if not metadata.get("name") and metadata.get("generateName"):
-            suffix = "".join(random.choice(_NAME_SUFFIX) for _ in range(5))
-            metadata["name"] = f"{metadata['generateName']}{suffix}"
+            metadata["name"] = self._generated(metadata["generateName"])
         for key in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
             metadata.pop(key, None)
         metadata.pop("managedFields", None)

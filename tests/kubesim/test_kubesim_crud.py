@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client, watch
+
+from gangq.queue.kubesim import registry
 
 from .conftest import Http, claim, pod
 
@@ -329,3 +332,20 @@ async def test_wrongly_typed_fields_are_a_400_naming_the_field(
     code, status, _ = await http.request("POST", path, body)
     assert (code, status["reason"]) == (400, "BadRequest")
     assert f"into Go struct field {field} of type" in status["message"]
+
+
+async def test_a_generated_name_that_is_taken_is_drawn_again(http: Http) -> None:
+    """kube-apiserver retries a generateName whose draw collides with an existing object
+    (RetryGenerateName, GA since 1.32) instead of answering 409: the emulator draws again."""
+    await http.request("POST", "/api/v1/namespaces", {"metadata": {"name": "team"}})
+    state = random.getstate()
+    taken = "e-" + "".join(random.choice(registry._NAME_SUFFIX) for _ in range(5))
+    body = {"metadata": {"name": taken}, "data": {}}
+    code, _, _ = await http.request("POST", "/api/v1/namespaces/team/configmaps", body)
+    assert code == 201
+    random.setstate(state)
+    generated = {"metadata": {"generateName": "e-"}, "data": {}}
+    code, created, _ = await http.request("POST", "/api/v1/namespaces/team/configmaps", generated)
+    assert code == 201, created
+    assert created["metadata"]["name"].startswith("e-")
+    assert created["metadata"]["name"] != taken
