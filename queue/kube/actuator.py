@@ -291,45 +291,44 @@ class Actuator:
                 )
             )
             return False
+        if gang is not None and namespace:
+            return await self._delete_claims_of(namespace, gang, cached=claims)
         standing = [c for c in claims if not (c.get("metadata") or {}).get("deletionTimestamp")]
-        if standing and gang is not None and namespace:
-            selector = f"{objects.GANG_LABEL}={gang}"
-            await _tolerant(
-                lambda: self.kube.delete_collection(
-                    resources.RESOURCE_CLAIMS, namespace, label_selector=selector
-                ),
-                what=f"delete claims of gang {gang} in {namespace}",
-                ok=(404,),
+        await asyncio.gather(*(_delete(self.kube, resources.RESOURCE_CLAIMS, c) for c in standing))
+        await self._unprotect_all(claims)
+        return not claims
+
+    async def _delete_claims_of(
+        self, namespace: str, gang: str, *, cached: Sequence[Mapping[str, Any]]
+    ) -> bool:
+        """Delete the gang's claims by its label; True when the API server's answer shows none
+        left. The claims cache has its own watch and may lag (a claim it misses still holds
+        its devices), so the answer, not the cache, says whether the reservation may be
+        released: one request per ended gang. Claims the cache shows terminating are waited
+        for without asking again, and a finalizer an earlier gangq put on them is dropped."""
+        if cached and all((c.get("metadata") or {}).get("deletionTimestamp") for c in cached):
+            await self._unprotect_all(cached)
+            return False
+        selector = f"{objects.GANG_LABEL}={gang}"
+        left: list[dict[str, Any]] = []
+
+        async def delete() -> None:
+            found = await self.kube.delete_collection(
+                resources.RESOURCE_CLAIMS, namespace, label_selector=selector
             )
-        elif standing:
-            await asyncio.gather(
-                *(_delete(self.kube, resources.RESOURCE_CLAIMS, c) for c in standing)
-            )
+            # Deleted without a finalizer means gone; the others are still being deleted.
+            left[:] = [c for c in found if (c.get("metadata") or {}).get("finalizers")]
+
+        what = f"delete claims of gang {gang} in {namespace}"
+        if not await _tolerant(delete, what=what, ok=(404,)):
+            return False
+        await self._unprotect_all(left)
+        return not left
+
+    async def _unprotect_all(self, claims: Sequence[Mapping[str, Any]]) -> None:
         for claim in claims:
             if objects.CLAIM_FINALIZER in ((claim.get("metadata") or {}).get("finalizers") or []):
                 await self._unprotect(claim)
-        if claims:
-            return False
-        return gang is None or not namespace or not await self._claims_left(namespace, gang)
-
-    async def _claims_left(self, namespace: str, gang: str) -> bool:
-        """The gang's claims as the API server lists them, deleted if any: the claims cache
-        has its own watch and may lag, and a claim it misses still holds its devices, so the
-        reservation must not be released on the cache's word (one read per ended gang)."""
-        selector = f"{objects.GANG_LABEL}={gang}"
-        listed = await self.kube.list(
-            resources.RESOURCE_CLAIMS, query={"labelSelector": selector, "limit": "1"}
-        )
-        if not listed.get("items"):
-            return False
-        await _tolerant(
-            lambda: self.kube.delete_collection(
-                resources.RESOURCE_CLAIMS, namespace, label_selector=selector
-            ),
-            what=f"delete claims of gang {gang} in {namespace}",
-            ok=(404,),
-        )
-        return True
 
     async def _unprotect(self, claim: Mapping[str, Any]) -> None:
         """Drop the finalizer an earlier gangq put on its claims."""

@@ -38,6 +38,8 @@ READ_BUFFER = 2**21
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30.0)
 WATCH_TIMEOUT = aiohttp.ClientTimeout(total=None)
 """A watch lasts as long as the server keeps it open (its `timeoutSeconds`)."""
+Objects = list[dict[str, Any]]
+"""Objects as the API server sends them (named here: `Kube.list` shadows the builtin there)."""
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
 """One compact encoder for every body (`json.dumps` with options builds one per call)."""
 
@@ -260,13 +262,14 @@ class Kube:
 
     async def delete_collection(
         self, resource: Resource, namespace: str, *, label_selector: str
-    ) -> None:
-        """One request for every object of the namespace the selector matches (the answer, a
-        list of them all, is not decoded)."""
+    ) -> Objects:
+        """One request for every object of the namespace the selector matches; the answer
+        lists them as the API server deleted them (an object a finalizer keeps shows its
+        deletionTimestamp). The server reads them at the request, not from a watch cache."""
         query = {"labelSelector": label_selector}
-        await self._call(
-            "DELETE", resource.path(namespace), None, query, "application/json", urgent=False
-        )
+        answer = await self.request("DELETE", resource.path(namespace), query=query)
+        items = answer.get("items")
+        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
     async def watch(
         self, resource: Resource, *, resource_version: str, timeout_s: int

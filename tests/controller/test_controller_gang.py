@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from gangq.queue.kube import objects, resources
 from gangq.queue.kube.actuator import Actuator
@@ -172,25 +173,40 @@ def _cycles(harness: Harness, name: str = "a") -> float:
     )
 
 
+def _late_claim(replica: int, *, finalizers: list[str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": f"late-{replica}",
+        "labels": {objects.GANG_LABEL: "uid-late", objects.REPLICA_LABEL: str(replica)},
+    }
+    if finalizers:
+        meta["finalizers"] = finalizers
+    request = {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    return {"metadata": meta, "spec": {"devices": {"requests": [request]}}}
+
+
 async def test_a_teardown_is_done_only_when_the_api_server_lists_no_claim_of_the_gang(
     harness: Harness,
 ) -> None:
     """The claims cache may miss claims its watch has not delivered yet: a teardown handed
-    none still asks the API server, deletes what is left, and is done only after that."""
+    none still deletes the gang's claims at the API server, and is done because the server's
+    answer shows each of them gone, not because the cache shows none."""
     actuator = Actuator(harness.kube, settings=harness.settings, clock=time.time)
     for replica in (0, 1):
-        body = {
-            "metadata": {
-                "name": f"late-{replica}",
-                "labels": {objects.GANG_LABEL: "uid-late", objects.REPLICA_LABEL: str(replica)},
-            },
-            "spec": {
-                "devices": {
-                    "requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
-                }
-            },
-        }
-        await harness.kube.create(resources.RESOURCE_CLAIMS, "ml-train", body)
+        await harness.kube.create(resources.RESOURCE_CLAIMS, "ml-train", _late_claim(replica))
+    teardown = {"namespace": "ml-train", "gang": "uid-late", "pods": [], "claims": []}
+    assert await actuator.teardown(**teardown) is True
+    assert harness.objects(resources.RESOURCE_CLAIMS, "ml-train") == []
+
+
+async def test_a_claim_kept_by_a_finalizer_holds_the_teardown_until_it_is_gone(
+    harness: Harness,
+) -> None:
+    """A claim the API server only marks for deletion (a finalizer keeps it) still holds its
+    devices: the teardown is not done while it exists, and gangq's own old finalizer is
+    dropped so that it goes."""
+    actuator = Actuator(harness.kube, settings=harness.settings, clock=time.time)
+    kept = _late_claim(0, finalizers=[objects.CLAIM_FINALIZER])
+    await harness.kube.create(resources.RESOURCE_CLAIMS, "ml-train", kept)
     teardown = {"namespace": "ml-train", "gang": "uid-late", "pods": [], "claims": []}
     assert await actuator.teardown(**teardown) is False
     assert harness.objects(resources.RESOURCE_CLAIMS, "ml-train") == []
