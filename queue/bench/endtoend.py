@@ -23,7 +23,14 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gangq.queue.bench import controller_process, releases, saturation, served_cluster, workload
+from gangq.queue.bench import (
+    controller_process,
+    releases,
+    request_cost,
+    saturation,
+    served_cluster,
+    workload,
+)
 from gangq.queue.bench import writes as api_writes
 from gangq.queue.core import model
 from gangq.queue.core.errors import GangqError
@@ -35,6 +42,8 @@ STOP_SECONDS = 10.0
 READY_SECONDS = 0.1
 GPUS_PER_NODE = 8
 SATURATION_SECONDS = 3.0
+COST_REQUESTS = 2000
+"""Requests timed for `client_request_cpu_us`, the unit of `controller_cpu_requests_per_job`."""
 SETTLE_SECONDS = 0.5
 """After the last job shows its end: the controller's last writes of that step land."""
 ENDED = ("Succeeded", "Failed")
@@ -86,6 +95,14 @@ async def measure(
         figures["emulator_writes_per_s"] = round(load.per_second)
         if cpu_before is not None and cpu_after is not None and cpu_after > cpu_before:
             figures["emulator_writes_per_cpu_s"] = round(load.writes / (cpu_after - cpu_before))
+        echo(f"timing {COST_REQUESTS} requests of the controller's client")
+        cost_us = await request_cost.cpu_us_per_request(
+            served.configuration, namespace=workload.namespace(0), requests=COST_REQUESTS
+        )
+        figures["client_request_cpu_us"] = round(cost_us)
+        figures["controller_cpu_requests_per_job"] = round(
+            figures["controller_cpu_ms_per_job"] * 1000 / cost_us, 1
+        )
     return figures, finished
 
 

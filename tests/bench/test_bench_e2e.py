@@ -27,6 +27,8 @@ KEYS = {
     "api_writes_per_job_total",
     "controller_cpu_ms_per_job",
     "emulator_writes_per_s",
+    "client_request_cpu_us",
+    "controller_cpu_requests_per_job",
 }
 
 
@@ -108,6 +110,10 @@ def test_a_small_run_releases_every_job(server_url: str) -> None:
         sum(figures["api_writes_per_job"].values()), abs=0.1
     )
     assert figures["controller_cpu_ms_per_job"] > 0 and figures["emulator_writes_per_s"] > 0
+    assert figures["client_request_cpu_us"] > 0
+    assert figures["controller_cpu_requests_per_job"] == pytest.approx(
+        figures["controller_cpu_ms_per_job"] * 1000 / figures["client_request_cpu_us"], rel=0.05
+    )
     assert 0 < figures["release_p50_ms"] <= figures["release_p99_ms"]
     assert 0 <= figures["release_skew_p99_ms"] <= figures["release_p99_ms"]
     assert "submitting 40 jobs" in result.stderr
