@@ -105,14 +105,23 @@ def _usage(per_node: Mapping[str, Tally], *, devices_per_node: int) -> Usage:
 
 
 def summarize(
-    inventory: model.Inventory, reserved: frozenset[DeviceId], *, matcher: DeviceMatcher
+    inventory: model.Inventory,
+    reserved: frozenset[DeviceId],
+    *,
+    matcher: DeviceMatcher,
+    scopes: bool = True,
 ) -> CapacityReport:
-    """Count every device of every known device class by state and scope."""
-    return summarize_states(inventory, device_states(inventory, reserved, matcher=matcher))
+    """Count every device of every known device class by state and scope; without `scopes`
+    only the classes' totals (the metrics' gauges), sparing a usage per node and domain."""
+    states = device_states(inventory, reserved, matcher=matcher)
+    return summarize_states(inventory, states, scopes=scopes)
 
 
 def summarize_states(
-    inventory: model.Inventory, device_states: Mapping[str, list[tuple[Device, str]]]
+    inventory: model.Inventory,
+    device_states: Mapping[str, list[tuple[Device, str]]],
+    *,
+    scopes: bool = True,
 ) -> CapacityReport:
     """`summarize` of states already found (a caller that also draws each device)."""
     counts: dict[str, dict[str, Tally]] = {}
@@ -132,6 +141,8 @@ def summarize_states(
     for class_name, per_node in counts.items():
         size = int(max((sum(c.values()) for c in per_node.values()), default=0) // sharing.WHOLE)
         classes[class_name] = _usage(per_node, devices_per_node=size)
+        if not scopes:
+            continue
         for node_name, node_counts in per_node.items():
             nodes.setdefault(node_name, {})[class_name] = _usage(
                 {node_name: node_counts}, devices_per_node=size

@@ -191,7 +191,7 @@ class Reconciler:
     def _gauges(self, inventory: model.Inventory, held: list[gangs.Held]) -> None:
         """Device and tenant gauges of `/metrics` from the inventory and the gangs holding."""
         reserved = frozenset(d for h in held for p in h.placement for d in p.devices)
-        report = capacity.summarize(inventory, reserved, matcher=self.matcher)
+        report = capacity.summarize(inventory, reserved, matcher=self.matcher, scopes=False)
         for device_class in self.settings.managed_device_classes:
             usage = report.classes.get(device_class)
             if usage is None:

@@ -377,6 +377,14 @@ def test_the_capacity_view_counts_a_partitioned_gpu_once_in_gpu_equivalents() ->
     assert usage.by_state["free"] == 2.857
     assert report.nodes["node-0"][builders.GPU].largest_replica == 1.857
     assert usage.whole_node_replicas == 0
+    totals = capacity.summarize(
+        inventory,
+        frozenset({partition, builders.device_id("node-1", 0)}),
+        matcher=DeviceMatcher(),
+        scopes=False,
+    )
+    assert totals.classes == report.classes, "the gauges' totals are the full view's"
+    assert not totals.nodes and not totals.domains
 
 
 def _holding(name: str, *devices: str, tier: str = "small") -> RunningJob:
