@@ -1,10 +1,22 @@
-"""Kubernetes-shaped dicts for the demo's observation tests."""
+"""Kubernetes-shaped dicts and the reference story's roles, for the demo's observation tests."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gangq.queue.demo import gangs
+from gangq.queue.demo.scenario import Story
+
+STORY = Story(
+    prod="inference/llm",
+    scaledReplicas=3,
+    blocker="ml-train/big",
+    waiting="ml-train/big-2",
+    backfill="ci/*",
+    victimTiers=("small",),
+)
+"""The roles of the reference story, as the checks read them."""
+LONG_RUNNING = {"prod-inference"}
 
 
 def pod(

@@ -8,22 +8,13 @@ import pytest
 
 from gangq.queue.demo import ledger as ledger_module
 from gangq.queue.demo import report, story
-from gangq.queue.demo.scenario import Story
 from gangq.queue.kubesim import cluster
-from tests.demo.objects import pod, training_job
+from tests.demo.objects import LONG_RUNNING, STORY, pod, training_job
 
 INVENTORY = cluster.Inventory(nodes=3, racks=1, partitioned_nodes=1, shared_nodes=1)
 """gpu-0 whole GPUs, gpu-1 partitioned, gpu-2 shared."""
 DRIVER = cluster.DRIVER
-STORY = Story(
-    prod="inference/llm",
-    scaledReplicas=3,
-    blocker="ml-train/big",
-    waiting="ml-train/big-2",
-    backfill="ci/*",
-    victimTiers=("small",),
-    slices="research/*",
-)
+SLICES_STORY = STORY.model_copy(update={"slices": "research/*"})
 
 
 def new_ledger() -> ledger_module.Ledger:
@@ -63,7 +54,7 @@ def run_job(observed: ledger_module.Ledger, name: str, *results: dict[str, Any])
 
 
 def slices_check(observed: ledger_module.Ledger) -> story.Check:
-    checks = story.expectations(observed, STORY, long_running={"prod-inference"})
+    checks = story.expectations(observed, SLICES_STORY, long_running=LONG_RUNNING)
     return next(
         check for check in checks if check.name == "research/* ran on GPU partitions or shares"
     )

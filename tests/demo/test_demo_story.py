@@ -8,18 +8,8 @@ import pytest
 
 from gangq.queue.demo import ledger as ledger_module
 from gangq.queue.demo import report, story
-from gangq.queue.demo.scenario import Story
-from tests.demo.objects import claim, pod, resource_slice, training_job
+from tests.demo.objects import LONG_RUNNING, STORY, claim, pod, resource_slice, training_job
 
-STORY = Story(
-    prod="inference/llm",
-    scaledReplicas=3,
-    blocker="ml-train/big",
-    waiting="ml-train/big-2",
-    backfill="ci/*",
-    victimTiers=("small",),
-)
-LONG_RUNNING = {"prod-inference"}
 TIERS = {"inference": "prod-inference", "ml-train": "training", "ci": "small"}
 
 
