@@ -14,6 +14,7 @@ from the environment is looked up once, and the typed models and parameter sanit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -73,6 +74,13 @@ def resource_of(path: str) -> str:
     if len(rest) >= 3 and rest[0] == "namespaces":
         rest = rest[2:]
     return rest[0] if rest else ""
+
+
+def _unreachable(method: str, path: str, error: BaseException) -> KubeError:
+    """A request that got no answer (status 0): the connection failed or timed out."""
+    return KubeError(
+        0, f"{method} {path}: {error or type(error).__name__}", resource=resource_of(path)
+    )
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -148,9 +156,7 @@ class Kube:
                 timeout=limits,
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
-            raise KubeError(
-                0, f"{method} {path}: {error or type(error).__name__}", resource=resource_of(path)
-            ) from error
+            raise _unreachable(method, path, error) from error
 
     async def request(
         self,
@@ -183,30 +189,18 @@ class Kube:
         """The answer's raw body; `urgent` requests skip the in-flight limit (see
         REQUESTS_IN_FLIGHT). Writes whose answer nobody reads stop here: decoding the whole
         object the API server sends back costs more than the request's own setup."""
-        if urgent:
-            return await self._exchange(method, path, body, query, content_type)
         if self._slots is None:
             self._slots = asyncio.Semaphore(REQUESTS_IN_FLIGHT)
-        async with self._slots:
-            return await self._exchange(method, path, body, query, content_type)
-
-    async def _exchange(
-        self,
-        method: str,
-        path: str,
-        body: Any,
-        query: Mapping[str, str] | None,
-        content_type: str,
-    ) -> bytes:
-        response = await self._send(method, path, body=body, query=query, content_type=content_type)
-        try:
-            raw = await response.read()
-        except (aiohttp.ClientError, OSError, TimeoutError) as error:
-            raise KubeError(
-                0, f"{method} {path}: {error or type(error).__name__}", resource=resource_of(path)
-            ) from error
-        finally:
-            response.release()
+        async with contextlib.nullcontext() if urgent else self._slots:
+            response = await self._send(
+                method, path, body=body, query=query, content_type=content_type
+            )
+            try:
+                raw = await response.read()
+            except (aiohttp.ClientError, OSError, TimeoutError) as error:
+                raise _unreachable(method, path, error) from error
+            finally:
+                response.release()
         if 200 <= response.status <= 299:
             return raw
         text = raw.decode("utf-8", errors="replace")
