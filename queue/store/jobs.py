@@ -567,19 +567,34 @@ async def list_jobs(
     )
 
 
-async def live_and_chosen(session: AsyncSession, *, uids: Collection[str]) -> dict[str, JobRecord]:
-    """Every job not finished, and the finished ones among `uids`, by uid.
+class LiveRecords:
+    """The controller's per-step view: every job not finished, and the finished ones it asks
+    for, by uid (finished jobs pile up without bound, and it needs only the few whose end the
+    cluster does not show yet).
 
-    The controller's per-step view: finished jobs pile up without bound, and it needs only
-    the few whose end the cluster does not show yet.
+    It reads the live set several times a step; a record whose row is unchanged since the
+    last read is reused, since building it costs more than comparing the row.
     """
-    chosen = bindparam("chosen", sorted(uids), type_=ARRAY(Text))
-    rows = await session.execute(
-        select(*_RECORD_COLUMNS).where(
-            JobRow.phase.not_in(FINISHED_PHASES) | (JobRow.uid == any_(chosen))
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[tuple[object, ...], JobRecord]] = {}
+
+    async def read(self, session: AsyncSession, *, uids: Collection[str]) -> dict[str, JobRecord]:
+        chosen = bindparam("chosen", sorted(uids), type_=ARRAY(Text))
+        rows = await session.execute(
+            select(*_RECORD_COLUMNS).where(
+                JobRow.phase.not_in(FINISHED_PHASES) | (JobRow.uid == any_(chosen))
+            )
         )
-    )
-    return {row.uid: _record_view(cast(_RecordFields, row)) for row in rows}
+        seen: dict[str, tuple[tuple[object, ...], JobRecord]] = {}
+        for row in rows:
+            values = tuple(row)
+            found = self._seen.get(row.uid)
+            if found is None or found[0] != values:
+                found = (values, _record_view(cast(_RecordFields, row)))
+            seen[row.uid] = found
+        self._seen = seen
+        return {uid: record for uid, (_, record) in seen.items()}
 
 
 async def get_job(session: AsyncSession, key: str) -> JobDetail | None:

@@ -259,8 +259,26 @@ async def test_the_controller_view_holds_live_jobs_and_only_the_chosen_finished_
                 session, key, succeeded=True, at=T0 + 5, actor="controller", reason="done"
             )
     async with session_factory() as session:
-        view = await jobs.live_and_chosen(session, uids={"uid-a/done", "uid-elsewhere"})
+        view = await jobs.LiveRecords().read(session, uids={"uid-a/done", "uid-elsewhere"})
     assert {uid: record.phase for uid, record in view.items()} == {
         "uid-a/done": "Succeeded",
         "uid-a/waiting": "Queued",
     }
+
+
+async def test_the_controller_view_rebuilds_a_record_only_when_its_row_changed(
+    session_factory: Sessions,
+) -> None:
+    await _enqueue(session_factory, job("a/kept"), job("a/moved"))
+    live = jobs.LiveRecords()
+    async with session_factory() as session:
+        first = await live.read(session, uids=())
+    async with session_factory() as session, session.begin():
+        await jobs.finish(
+            session, "a/moved", succeeded=False, at=T0 + 5, actor="controller", reason="gone"
+        )
+    async with session_factory() as session:
+        second = await live.read(session, uids={"uid-a/moved"})
+    assert second["uid-a/kept"] is first["uid-a/kept"]
+    assert second["uid-a/moved"].phase == "Failed"
+    assert first["uid-a/moved"].phase == "Queued"
