@@ -105,6 +105,7 @@ class Reconciler:
             clock=clock,
         )
         self.tenants_epoch: int | None = None
+        self.live = jobs.LiveRecords()
         self.shown: dict[str, _Shown] = {}
         """Job uid -> the last status write, so a write the cache has not seen is not repeated."""
         self.gauged_at = float("-inf")
@@ -138,7 +139,7 @@ class Reconciler:
             await self.intake.run(inventory)
             await self.checkpoints.sync(queued=self.intake.known)
             estimator = await self.history.ensure(epoch=epoch)
-            await self._scale(await self._records())
+            await self._scale()
             started = time.monotonic()
             result = await admission.run(
                 self.sessions,
@@ -186,7 +187,7 @@ class Reconciler:
             if (job.get("status") or {}).get("phase") not in scale.FINISHED
         ] + sorted(self.intake.changed)
         async with self.sessions() as session:
-            return await jobs.live_and_chosen(session, uids=unshown)
+            return await self.live.read(session, uids=unshown)
 
     def _gauges(self, inventory: model.Inventory, held: list[gangs.Held]) -> None:
         """Device and tenant gauges of `/metrics` from the inventory and the gangs holding."""
@@ -328,17 +329,25 @@ class Reconciler:
                 return False
         return True
 
-    async def _scale(self, records: Mapping[str, jobs.JobRecord]) -> None:
-        """Queue the added replicas of running long-running jobs; end the removed ones."""
+    async def _scale(self) -> None:
+        """Queue the added replicas of running long-running jobs; end the removed ones. The
+        store is read only when a TrainingJob shows such a job running (seldom many)."""
         self.gangs.scaled_away = set()
         self.gangs.shrinking = {}
-        for job in list(self.view.objects(resources.TRAINING_JOBS).values()):
+        serving = [
+            job
+            for job in list(self.view.objects(resources.TRAINING_JOBS).values())
+            if (job.get("status") or {}).get("phase") == "Running"
+            and not (job.get("metadata") or {}).get("deletionTimestamp")
+            and self._long_running(str((job.get("spec") or {}).get("tier")))
+        ]
+        if not serving:
+            return
+        records = await self._records()
+        for job in serving:
             meta = job.get("metadata") or {}
             base = records.get(str(meta.get("uid")))
-            tier = self.settings.tier(base.tier) if base else None
-            if base is None or base.phase != "Running" or not (tier and tier.long_running):
-                continue
-            if meta.get("deletionTimestamp"):
+            if base is None or base.phase != "Running" or not self._long_running(base.tier):
                 continue
             try:
                 wanted = trainingjob.parse_spec(job).replicas
@@ -357,6 +366,10 @@ class Reconciler:
                     await self._scale_up(job, first=plan.first, add=plan.add)
             except InvalidInputError as error:
                 logger.warning("scaling %s: %s", trainingjob.key_of(job), error)
+
+    def _long_running(self, tier_name: str) -> bool:
+        tier = self.settings.tier(tier_name)
+        return tier is not None and tier.long_running
 
     async def _scale_up(self, job: dict[str, Any], *, first: int, add: int) -> None:
         namespace = str(job["metadata"]["namespace"])
