@@ -11,7 +11,7 @@ memory and job selectors are the cycle's business).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -155,11 +155,14 @@ def summarize_states(
 def device_states(
     inventory: model.Inventory, reserved: frozenset[DeviceId], *, matcher: DeviceMatcher
 ) -> dict[str, list[tuple[Device, str]]]:
-    """Every device of every known device class on a node, with its state (one of STATES)."""
+    """Every device of every known device class on a node, with its state (one of STATES).
+    The matcher forgets the devices this inventory no longer has: every long-lived process
+    (the controller's gauges, the API's views) counts through here."""
+    matcher.follow(inventory.devices)
     return {
         device_class.name: [
             (device, _state(device, inventory, reserved=reserved))
-            for device in _members(inventory.devices.values(), device_class, matcher=matcher)
+            for device in matcher.members(device_class.selectors, inventory.devices)
         ]
         for device_class in inventory.device_classes.values()
     }
@@ -183,12 +186,6 @@ def _split(
         usable = usable or state == "free"
     rest = "free" if usable else "unavailable"
     return [*taken.items(), (rest, left)]
-
-
-def _members(
-    devices: Iterable[Device], device_class: model.DeviceClass, *, matcher: DeviceMatcher
-) -> Iterable[Device]:
-    return (d for d in devices if d.node and matcher.matches_all(device_class.selectors, d))
 
 
 def _domains(

@@ -105,10 +105,16 @@ class DeviceMatcher:
     )
     """All-selector answers per selector tuple, then per device: the inner lookup by id
     alone spares a key tuple per device."""
+    _members: dict[tuple[str, ...], tuple[Mapping[DeviceId, Device], tuple[Device, ...]]] = (
+        field(default_factory=dict)
+    )
+    """Per selector tuple: the devices mapping it was asked of, and the devices accepted."""
     _counts: dict[tuple[str, ...], tuple[Mapping[DeviceId, Device], dict[str, int]]] = field(
         default_factory=dict
     )
     """Per selector tuple: the devices mapping it was counted on, and the count per node."""
+    _followed: Mapping[DeviceId, Device] | None = None
+    """The inventory's devices mapping `follow` saw last."""
     runtime_errors: dict[str, str] = field(default_factory=dict)
     """First runtime error per expression, so a pending reason can say why nothing matched."""
 
@@ -166,26 +172,44 @@ class DeviceMatcher:
         answers[key] = (device, result)
         return result
 
+    def members(
+        self, expressions: tuple[str, ...], devices: Mapping[DeviceId, Device]
+    ) -> tuple[Device, ...]:
+        """The devices on a node that every expression accepts, tainted or not. Remembered
+        while the inventory keeps the same `devices` mapping (it is rebuilt when a slice
+        changes): the gauges and the planner's counts ask it of every device, every cycle."""
+        known = self._members.get(expressions)
+        if known is not None and known[0] is devices:
+            return known[1]
+        found = tuple(
+            device
+            for device_id, device in devices.items()
+            if device.node is not None
+            and self.matches_all(expressions, device, device_id=device_id)
+        )
+        self._members[expressions] = (devices, found)
+        return found
+
     def count_by_node(
         self, expressions: tuple[str, ...], devices: Mapping[DeviceId, Device]
     ) -> dict[str, int]:
-        """Untainted devices every expression accepts, per node, free or not. Remembered while
-        the inventory keeps the same `devices` mapping (it is rebuilt when a slice changes):
-        a scan of every device would otherwise cost more than a whole cycle's placements."""
+        """Untainted `members` per node, free or not (remembered as they are)."""
         known = self._counts.get(expressions)
         if known is not None and known[0] is devices:
             return known[1]
         counts: dict[str, int] = {}
-        for device_id, device in devices.items():
-            node = device.node
-            if (
-                node is not None
-                and not device.is_tainted
-                and self.matches_all(expressions, device, device_id=device_id)
-            ):
-                counts[node] = counts.get(node, 0) + 1
+        for device in self.members(expressions, devices):
+            if device.node is not None and not device.is_tainted:
+                counts[device.node] = counts.get(device.node, 0) + 1
         self._counts[expressions] = (devices, counts)
         return counts
+
+    def follow(self, devices: Mapping[DeviceId, Device]) -> None:
+        """`forget` the devices a new inventory no longer publishes (its mapping is rebuilt
+        only when a slice changed), so a long-lived matcher's memory follows the cluster."""
+        if devices is not self._followed:
+            self.forget(devices)
+            self._followed = devices
 
     def forget(self, keep: Mapping[DeviceId, Device]) -> None:
         """Drop cached results of devices no longer published, so memory follows the inventory."""
@@ -195,3 +219,5 @@ class DeviceMatcher:
             selectors: {k: v for k, v in answers.items() if k in keep}
             for selectors, answers in self._combined.items()
         }
+        self._members = {k: v for k, v in self._members.items() if v[0] is keep}
+        self._counts = {k: v for k, v in self._counts.items() if v[0] is keep}

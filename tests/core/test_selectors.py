@@ -124,6 +124,21 @@ def test_result_is_recomputed_only_when_the_device_changes(
     assert matcher.matches(expression, devices[0])
 
 
+def test_members_follow_the_inventory_mapping_and_forget_unpublished_devices(
+    devices: list[device_module.Device],
+) -> None:
+    matcher = device_cel.DeviceMatcher()
+    selectors = ('device.attributes["gpu.nvidia.com"].numa >= 0',)
+    everything = {d.id: d for d in devices}
+    assert matcher.members(selectors, everything) == tuple(devices)
+    fewer = {devices[0].id: devices[0]}
+    assert matcher.members(selectors, fewer) == (devices[0],)
+    matcher.follow(fewer)
+    # what the matcher keeps (private on purpose) holds the published device only
+    assert {device_id for _, device_id in matcher._results} == {devices[0].id}
+    assert set(matcher._variables) == {devices[0].id}
+
+
 def test_malformed_slice_is_rejected_with_its_name() -> None:
     with pytest.raises(InvalidInputError, match="gpu-1-slice"):
         device_module.devices_from_slice({"metadata": {"name": "gpu-1-slice"}, "spec": {}})
