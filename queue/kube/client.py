@@ -35,7 +35,8 @@ REQUESTS_IN_FLIGHT = 16
 """Requests sent at once (watches and urgent ones aside): a burst waits here rather than in
 the API server's queue, so an urgent request (a gang's release) meets a short queue there."""
 READ_BUFFER = 2**21
-"""Watch events of large objects can exceed aiohttp's default read buffer."""
+"""Large reads: lists and watch events of big objects (ResourceSlices of many devices) come
+in fewer pieces than with aiohttp's default buffer of 64 KiB."""
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30.0)
 WATCH_TIMEOUT = aiohttp.ClientTimeout(total=None)
 """A watch lasts as long as the server keeps it open (its `timeoutSeconds`)."""
@@ -280,20 +281,37 @@ class Kube:
             if response.status != 200:
                 text = await response.text()
                 raise KubeError(response.status, f"watch {resource.plural}: {text.strip()}")
-            while True:
-                try:
-                    line = await response.content.readline()
-                except (aiohttp.ClientError, OSError, TimeoutError) as error:
-                    raise KubeError(0, f"watch {resource.plural} dropped: {error}") from error
-                if not line:
-                    return
-                if not line.strip():
-                    continue
-                try:
-                    # Watch streams are UTF-8: decoded as such, not sniffed line by line.
-                    event = json.loads(line.decode())
-                except ValueError as error:
-                    raise KubeError(0, f"watch {resource.plural}: bad line: {error}") from error
-                yield event
+            lines = stream_lines(response.content, what=f"watch {resource.plural}")
+            async with contextlib.aclosing(lines):
+                async for line in lines:
+                    if not line.strip():
+                        continue
+                    try:
+                        # Watch streams are UTF-8: decoded as such, not sniffed line by line.
+                        event = json.loads(line.decode())
+                    except ValueError as error:
+                        raise KubeError(0, f"watch {resource.plural}: bad line: {error}") from error
+                    yield event
         finally:
             response.release()
+
+
+async def stream_lines(content: aiohttp.StreamReader, *, what: str) -> AsyncIterator[bytes]:
+    """The lines of a stream, the last one unterminated or empty. Split here from what has
+    arrived: aiohttp's `readline` appends a line piece by piece and waits once per line, which
+    cost a watch more than decoding its events."""
+    pieces: list[bytes] = []
+    while True:
+        try:
+            chunk = await content.readany()
+        except (aiohttp.ClientError, OSError, TimeoutError) as error:
+            raise KubeError(0, f"{what} dropped: {error}") from error
+        if not chunk:
+            yield b"".join(pieces)
+            return
+        pieces.append(chunk)
+        if b"\n" in chunk:
+            *lines, rest = b"".join(pieces).split(b"\n")
+            pieces = [rest] if rest else []
+            for line in lines:
+                yield line

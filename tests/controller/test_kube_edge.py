@@ -8,12 +8,15 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
+from aiohttp.client_proto import ResponseHandler
 from kubernetes_asyncio import client
 
 from gangq.queue import config
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import cache, resources, retry, trainingjob
+from gangq.queue.kube import client as client_module
 from gangq.queue.kube.client import Kube, KubeError
 from gangq.queue.kubesim import kinds
 from gangq.queue.kubesim.emulator import Emulator
@@ -98,6 +101,45 @@ async def test_watch_cache_relists_after_410_and_rewatches_after_a_drop(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+@pytest.mark.parametrize("piece", [1, 7, 64, 10_000])
+async def test_stream_lines_are_whole_whatever_pieces_they_arrive_in(piece: int) -> None:
+    loop = asyncio.get_running_loop()
+    content = aiohttp.StreamReader(ResponseHandler(loop), 2**16, loop=loop)
+    text = b'{"a":1}\n{"b":"' + b"2" * 300 + b'"}\n\n{"c":3}\n{"unterminated":4}'
+    for start in range(0, len(text), piece):
+        content.feed_data(text[start : start + piece])
+    content.feed_eof()
+    lines = [line async for line in client_module.stream_lines(content, what="test")]
+    assert lines == text.split(b"\n")
+
+
+async def test_a_watch_gives_large_events_and_bursts_whole_and_in_order(
+    cluster: Emulator, kube: Kube
+) -> None:
+    """A large object arrives in many reads, a burst of small ones in few: the stream's lines
+    are split from what arrived, whatever the pieces."""
+    version = str((await kube.list(resources.NAMESPACES))["metadata"]["resourceVersion"])
+    large = "x" * 200_000
+    added: list[dict[str, object]] = []
+
+    async def follow() -> None:
+        async for event in kube.watch(resources.NAMESPACES, resource_version=version, timeout_s=30):
+            if event["type"] == "ADDED":
+                added.append(event["object"]["metadata"])
+            if len(added) == 31:
+                return
+
+    task = asyncio.create_task(follow())
+    await kube.create(
+        resources.NAMESPACES, "", {"metadata": {"name": "large", "annotations": {"a": large}}}
+    )
+    for index in range(30):
+        cluster.registry.create(kinds.NAMESPACES, "", {"metadata": {"name": f"burst-{index}"}})
+    await asyncio.wait_for(task, timeout=10)
+    assert added[0]["name"] == "large" and added[0]["annotations"] == {"a": large}
+    assert [meta["name"] for meta in added[1:]] == [f"burst-{index}" for index in range(30)]
 
 
 async def test_cluster_cache_gives_an_inventory_only_once_synced(cluster: Emulator) -> None:
