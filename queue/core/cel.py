@@ -83,6 +83,9 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "asApproximateFloat": lambda a: a / 1000,
 }
 
+_Accepted = tuple[Mapping[DeviceId, Device], tuple[Device, ...]]
+"""The devices mapping a selector tuple was asked of, and the devices it accepted."""
+
 
 def compile_selector(expression: str) -> cel.Program:
     """Compile once; a syntax error names the expression and the problem."""
@@ -105,9 +108,7 @@ class DeviceMatcher:
     )
     """All-selector answers per selector tuple, then per device: the inner lookup by id
     alone spares a key tuple per device."""
-    _members: dict[tuple[str, ...], tuple[Mapping[DeviceId, Device], tuple[Device, ...]]] = (
-        field(default_factory=dict)
-    )
+    _members: dict[tuple[str, ...], _Accepted] = field(default_factory=dict)
     """Per selector tuple: the devices mapping it was asked of, and the devices accepted."""
     _counts: dict[tuple[str, ...], tuple[Mapping[DeviceId, Device], dict[str, int]]] = field(
         default_factory=dict

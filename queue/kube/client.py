@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -296,7 +296,7 @@ class Kube:
             response.release()
 
 
-async def stream_lines(content: aiohttp.StreamReader, *, what: str) -> AsyncIterator[bytes]:
+async def stream_lines(content: aiohttp.StreamReader, *, what: str) -> AsyncGenerator[bytes, None]:
     """The lines of a stream, the last one unterminated or empty. Split here from what has
     arrived: aiohttp's `readline` appends a line piece by piece and waits once per line, which
     cost a watch more than decoding its events."""
