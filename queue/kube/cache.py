@@ -21,6 +21,7 @@ from gangq.queue.core import device, inventory, model
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import resources
 from gangq.queue.kube.client import Kube, KubeError
+from gangq.queue.kube.objects import GANG_LABEL
 from gangq.queue.kube.resources import Resource
 
 WATCH_TIMEOUT_S = 300
@@ -59,6 +60,14 @@ class WatchCache:
         self.objects: dict[str, dict[str, Any]] = {}
         self.version = 0
         """Counts changes, so views built from `objects` know when to rebuild."""
+        self.by_gang: dict[str, dict[str, dict[str, Any]]] = {}
+        """The objects gangq made, per gang label, kept as events arrive: every step reads a
+        gang's pods and claims, and grouping all of them each step costs a pass per step."""
+        self.foreign: dict[str, dict[str, Any]] = {}
+        """The objects gangq did not make: only those hold devices or node room outside its
+        count, and they change far less often than gangq's own."""
+        self.foreign_version = 0
+        """Counts changes of `foreign`: what is built from it rebuilds only then."""
         self.synced = asyncio.Event()
         self.relists = 0
         self._on_change = on_change
@@ -86,7 +95,10 @@ class WatchCache:
 
     async def _relist(self) -> str:
         listed = await self.kube.list(self.resource)
-        self.objects = {key_of(item): item for item in listed.get("items") or []}
+        self.objects, self.by_gang, self.foreign = {}, {}, {}
+        for item in listed.get("items") or []:
+            self._store(key_of(item), item)
+        self.foreign_version += 1
         self.relists += 1
         self.synced.set()
         self.version += 1
@@ -106,13 +118,41 @@ class WatchCache:
             version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
             if kind == "BOOKMARK":
                 continue
-            if kind == "DELETED":
-                self.objects.pop(key_of(obj), None)
-            else:
-                self.objects[key_of(obj)] = obj
+            key = key_of(obj)
+            foreign = self._forget(key)
+            if kind != "DELETED":
+                foreign = self._store(key, obj) or foreign
+            if foreign:
+                self.foreign_version += 1
             self.version += 1
             self._on_change()
         return version
+
+    def _store(self, key: str, obj: dict[str, Any]) -> bool:
+        """Keep `obj` under `key` (none is kept there); True when it is a foreign object."""
+        self.objects[key] = obj
+        if not inventory.is_gangq_object(obj):
+            self.foreign[key] = obj
+            return True
+        gang = _gang_of(obj)
+        if gang:
+            self.by_gang.setdefault(gang, {})[key] = obj
+        return False
+
+    def _forget(self, key: str) -> bool:
+        """Drop what is kept under `key`; True when that was a foreign object."""
+        obj = self.objects.pop(key, None)
+        if obj is None:
+            return False
+        if self.foreign.pop(key, None) is not None:
+            return True
+        gang = _gang_of(obj)
+        if gang and gang in self.by_gang:
+            members = self.by_gang[gang]
+            members.pop(key, None)
+            if not members:
+                del self.by_gang[gang]
+        return False
 
 
 class ClusterCache:
@@ -152,6 +192,10 @@ class ClusterCache:
         first, since the watches add and remove objects at every await."""
         return self.caches[resource.plural].objects
 
+    def by_gang(self, resource: Resource) -> dict[str, dict[str, dict[str, Any]]]:
+        """gangq's objects of `resource` per gang label, live as `objects` is."""
+        return self.caches[resource.plural].by_gang
+
     def get(self, resource: Resource, key: str) -> dict[str, Any] | None:
         return self.caches[resource.plural].objects.get(key)
 
@@ -170,13 +214,15 @@ class ClusterCache:
         built = model.Inventory(
             nodes=self._part(
                 "usage",
-                (resources.NODES, resources.PODS),
+                (self._version(resources.NODES), self._foreign_version(resources.PODS)),
                 lambda: inventory.with_pod_usage(self._nodes(), self._foreign_pods()),
             ),
-            devices=self._part("devices", (resources.RESOURCE_SLICES,), self._devices),
+            devices=self._part(
+                "devices", (self._version(resources.RESOURCE_SLICES),), self._devices
+            ),
             device_classes=self._part(
                 "classes",
-                (resources.DEVICE_CLASSES,),
+                (self._version(resources.DEVICE_CLASSES),),
                 lambda: {
                     dc.name: dc
                     for dc in _parsed(
@@ -187,26 +233,24 @@ class ClusterCache:
             ),
             held_by_others=self._part(
                 "held",
-                (resources.RESOURCE_CLAIMS,),
+                (self._foreign_version(resources.RESOURCE_CLAIMS),),
                 lambda: inventory.held_by_others(
-                    _readable(
-                        _foreign(self.objects(resources.RESOURCE_CLAIMS)), inventory.claim_devices
-                    )
+                    _readable(self._foreign(resources.RESOURCE_CLAIMS), inventory.claim_devices)
                 ),
             ),
             counters=self._part(
                 "counters",
-                (resources.RESOURCE_SLICES,),
+                (self._version(resources.RESOURCE_SLICES),),
                 lambda: inventory.counters_by_set(
                     _readable(self._current_slices(), device.counters_from_slice)
                 ),
             ),
             shared_by_others=self._part(
                 "shared",
-                (resources.RESOURCE_CLAIMS,),
+                (self._foreign_version(resources.RESOURCE_CLAIMS),),
                 lambda: inventory.shared_by_others(
                     _readable(
-                        _foreign(self.objects(resources.RESOURCE_CLAIMS)),
+                        self._foreign(resources.RESOURCE_CLAIMS),
                         lambda claim: inventory.shared_by_others([claim]),
                     )
                 ),
@@ -216,10 +260,18 @@ class ClusterCache:
         self._inventory = (self.version, built)
         return built
 
-    def _part(self, name: str, kinds: tuple[Resource, ...], build: Callable[[], T]) -> T:
-        """One piece of the inventory, rebuilt only when one of `kinds` changed: gangq's own
-        pods and claims change every step, the slices and nodes seldom."""
-        versions = tuple(self.caches[kind.plural].version for kind in kinds)
+    def _version(self, resource: Resource) -> int:
+        return self.caches[resource.plural].version
+
+    def _foreign_version(self, resource: Resource) -> int:
+        return self.caches[resource.plural].foreign_version
+
+    def _foreign(self, resource: Resource) -> list[dict[str, Any]]:
+        return list(self.caches[resource.plural].foreign.values())
+
+    def _part(self, name: str, versions: tuple[int, ...], build: Callable[[], T]) -> T:
+        """One piece of the inventory, rebuilt only when the versions of what it reads
+        changed: gangq's own pods and claims change every step, the rest seldom."""
         found = self._parts.get(name)
         if found is None or found[0] != versions:
             found = self._parts[name] = (versions, build())
@@ -229,7 +281,7 @@ class ClusterCache:
     def _nodes(self) -> dict[model.NodeName, model.Node]:
         return self._part(
             "nodes",
-            (resources.NODES,),
+            (self._version(resources.NODES),),
             lambda: {
                 node.name: node
                 for node in _parsed(
@@ -241,7 +293,7 @@ class ClusterCache:
     def _foreign_pods(self) -> list[dict[str, Any]]:
         """Pods gangq did not make (only those take node room outside the cycle's count)."""
         return _readable(
-            _foreign(self.objects(resources.PODS)),
+            self._foreign(resources.PODS),
             lambda pod: inventory.pod_requirements(pod, owner=f"Pod {key_of(pod)}"),
         )
 
@@ -255,9 +307,9 @@ class ClusterCache:
         return found
 
 
-def _foreign(objects: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Objects gangq did not make: only those hold devices or node room outside its count."""
-    return [obj for obj in objects.values() if not inventory.is_gangq_object(obj)]
+def _gang_of(obj: Mapping[str, Any]) -> str | None:
+    gang = ((obj.get("metadata") or {}).get("labels") or {}).get(GANG_LABEL)
+    return str(gang) if gang else None
 
 
 def _parsed(objects: Iterable[dict[str, Any]], parse: Callable[[dict[str, Any]], P]) -> list[P]:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,16 +75,7 @@ class _Facts:
     evicting_devices: frozenset[str]
 
 
-def by_gang(objs: Mapping[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for obj in objs.values():
-        uid = ((obj.get("metadata") or {}).get("labels") or {}).get(objects.GANG_LABEL)
-        if uid:
-            grouped[uid].append(obj)
-    return grouped
-
-
-def _by_replica(objs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+def _by_replica(objs: Iterable[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     found: dict[int, dict[str, Any]] = {}
     for obj in objs:
         label = ((obj.get("metadata") or {}).get("labels") or {}).get(objects.REPLICA_LABEL, "")
@@ -139,8 +129,8 @@ class Gangs:
         async with self.sessions() as session:
             rows = await snapshot.holding_rows(session)
             placements = await reservations.active_by_job(session)
-        pods = by_gang(self.view.objects(resources.PODS))
-        claims = by_gang(self.view.objects(resources.RESOURCE_CLAIMS))
+        pods = self.view.by_gang(resources.PODS)
+        claims = self.view.by_gang(resources.RESOURCE_CLAIMS)
         held = []
         for row in rows:
             key = snapshot.key_of(row)
@@ -151,7 +141,7 @@ class Gangs:
             )
             job = self.view.get(resources.TRAINING_JOBS, f"{row.namespace}/{name}")
             admission = (row.admitted_at or row.submitted_at).isoformat()
-            mine = pods.get(row.uid, [])
+            mine = pods.get(row.uid, {}).values()
             gang = lifecycle.Gang(
                 key=key,
                 uid=row.uid,
@@ -163,7 +153,7 @@ class Gangs:
                 is_running=row.started_at is not None,
                 is_evicting=row.evicting,
                 pods=_by_replica([p for p in mine if _is_of(p, admission)]),
-                claims=_by_replica(claims.get(row.uid, [])),
+                claims=_by_replica(claims.get(row.uid, {}).values()),
                 stale_pods=_by_replica([p for p in mine if not _is_of(p, admission)]),
             )
             held.append(Held(row=row, placement=placement, gang=gang))

@@ -253,16 +253,15 @@ class Reconciler:
         finished one past its `ttlSecondsAfterFinished` is deleted."""
         holding = {h.row.uid for h in held}
         busy = {h.gang.job_uid for h in held}
-        pods = gangs.by_gang(self.view.objects(resources.PODS))
-        claims = gangs.by_gang(self.view.objects(resources.RESOURCE_CLAIMS))
+        pods = self.view.by_gang(resources.PODS)
+        claims = self.view.by_gang(resources.RESOURCE_CLAIMS)
         for uid in (set(pods) | set(claims)) - holding:
-            running = [p for p in pods.get(uid, []) if not lifecycle.is_terminated(p)]
-            if not running and not claims.get(uid):
+            running = [p for p in pods.get(uid, {}).values() if not lifecycle.is_terminated(p)]
+            left = list(claims.get(uid, {}).values())
+            if not running and not left:
                 continue
             busy.add(scale.job_uid(uid))
-            await self.actuator.teardown(
-                namespace="", gang=None, pods=running, claims=claims.get(uid, [])
-            )
+            await self.actuator.teardown(namespace="", gang=None, pods=running, claims=left)
         present: set[str] = set()
         for job in list(self.view.objects(resources.TRAINING_JOBS).values()):
             meta = job.get("metadata") or {}

@@ -15,7 +15,7 @@ from kubernetes_asyncio import client
 
 from gangq.queue import config
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.kube import cache, resources, retry, trainingjob
+from gangq.queue.kube import cache, objects, resources, retry, trainingjob
 from gangq.queue.kube import client as client_module
 from gangq.queue.kube.client import Kube, KubeError
 from gangq.queue.kubesim import kinds
@@ -103,6 +103,74 @@ async def test_watch_cache_relists_after_410_and_rewatches_after_a_drop(
             await task
 
 
+def _pod(name: str, **labels: str) -> dict[str, object]:
+    return {
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+
+
+def _regrouped(watched: cache.WatchCache) -> tuple[dict[str, set[str]], set[str]]:
+    """What the kept index must equal: the cache's objects grouped from scratch."""
+    gangs: dict[str, set[str]] = {}
+    foreign = set()
+    for key, obj in watched.objects.items():
+        labels = obj["metadata"].get("labels") or {}
+        if objects.JOB_LABEL not in labels:
+            foreign.add(key)
+        elif objects.GANG_LABEL in labels:
+            gangs.setdefault(labels[objects.GANG_LABEL], set()).add(key)
+    return gangs, foreign
+
+
+async def test_the_gang_and_foreign_indexes_follow_every_event_and_relist(
+    cluster: Emulator, kube: Kube
+) -> None:
+    watched = cache.WatchCache(kube, resources.PODS, on_change=lambda: None)
+    task = asyncio.create_task(watched.run())
+    mine = {objects.JOB_LABEL: "train"}
+
+    def indexed() -> tuple[dict[str, set[str]], set[str]]:
+        return {g: set(members) for g, members in watched.by_gang.items()}, set(watched.foreign)
+
+    try:
+        await asyncio.wait_for(watched.synced.wait(), timeout=5)
+        await kube.create(
+            resources.PODS, "default", _pod("a-0", **mine, **{objects.GANG_LABEL: "a"})
+        )
+        await kube.create(
+            resources.PODS, "default", _pod("a-1", **mine, **{objects.GANG_LABEL: "a"})
+        )
+        await kube.create(resources.PODS, "default", _pod("other"))
+        await wait_for(lambda: len(watched.objects) == 3)
+        assert (
+            indexed()
+            == _regrouped(watched)
+            == ({"a": {"default/a-0", "default/a-1"}}, {"default/other"})
+        )
+        foreign_seen = watched.foreign_version
+        relabel = {"metadata": {"labels": {objects.GANG_LABEL: "b"}}}
+        await kube.patch(resources.PODS, "default", "a-1", relabel)
+        await kube.delete(resources.PODS, "default", "a-0", grace_s=0)
+        await wait_for(lambda: "default/a-0" not in watched.objects)
+        assert indexed() == _regrouped(watched) == ({"b": {"default/a-1"}}, {"default/other"})
+        assert watched.foreign_version == foreign_seen, "gangq's own pods leave foreign views be"
+        await kube.patch(resources.PODS, "default", "other", {"metadata": {"labels": mine}})
+        await wait_for(lambda: not watched.foreign)
+        assert watched.foreign_version > foreign_seen
+        assert indexed() == _regrouped(watched) == ({"b": {"default/a-1"}}, set())
+        cluster.drop_watches()
+        for index in range(20):
+            cluster.registry.create(kinds.PODS, "default", _pod(f"p-{index}"))
+        await wait_for(lambda: watched.relists == 2 and "default/p-19" in watched.objects)
+        assert indexed() == _regrouped(watched)
+        assert len(watched.foreign) == 20 and set(watched.by_gang) == {"b"}
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 @pytest.mark.parametrize("piece", [1, 7, 64, 10_000])
 async def test_stream_lines_are_whole_whatever_pieces_they_arrive_in(piece: int) -> None:
     loop = asyncio.get_running_loop()
@@ -181,6 +249,11 @@ async def test_the_inventory_rebuilds_only_the_parts_whose_kind_changed(
         second = view.inventory()
         assert second is not None and second.nodes["gpu-0"].requested_cpu_milli == 2000
         assert second.devices is first.devices, "a pod does not re-read the slices"
+        labels = {objects.JOB_LABEL: "train", objects.GANG_LABEL: "g"}
+        await kube.create(resources.PODS, "default", _pod("mine", **labels))
+        await wait_for(lambda: "default/mine" in view.objects(resources.PODS))
+        after_own = view.inventory()
+        assert after_own is not None and after_own.nodes is second.nodes, "gangq's pods: no recount"
         cluster.kubelets.taint_device("gpu-1", "gpu-1", effect="NoSchedule")
         await wait_for(lambda: (view.inventory() or first).devices is not first.devices)
         third = view.inventory()
