@@ -35,6 +35,30 @@ def _partially_released(harness: Harness) -> list[str]:
     return [job for job, states in by_job.items() if len(states) > 1]
 
 
+async def _state(harness: Harness) -> str:
+    """What a run that did not converge left: the objects' states and the store's rows."""
+    lines = []
+    for kind in (resources.TRAINING_JOBS, resources.PODS, resources.RESOURCE_CLAIMS):
+        for obj in harness.objects(kind, "ml-train"):
+            shown = obj.get("status") or {}
+            gates = (obj.get("spec") or {}).get("schedulingGates")
+            allocated = "allocation" in shown
+            lines.append(
+                f"{kind.plural}/{obj['metadata']['name']}: phase={shown.get('phase')} "
+                + (
+                    f"allocated={allocated}"
+                    if kind is resources.RESOURCE_CLAIMS
+                    else f"gates={gates}"
+                )
+            )
+    async with harness.engine.connect() as connection:
+        rows = await connection.execute(
+            text("SELECT name, phase, evicting, started_at, pending_message FROM jobs")
+        )
+        lines.extend(f"store: {tuple(row)}" for row in rows)
+    return "\n".join(lines)
+
+
 async def _crash_at(harness: Harness, index: int, *, name: str) -> bool:
     """Run a gang with the controller killed right after the `index`-th cluster write of the
     job's lifecycle; restart it and check the invariants. False when the run had fewer writes."""
@@ -66,7 +90,10 @@ async def _crash_at(harness: Harness, index: int, *, name: str) -> bool:
         if fired.is_set():
             await harness.kill(holder)
             harness.start(f"{holder}-again")
-        await wait_for(lambda: harness.phase(name) == "Succeeded")
+        try:
+            await wait_for(lambda: harness.phase(name) == "Succeeded")
+        except AssertionError as error:
+            raise AssertionError(f"crash at write {index}: {await _state(harness)}") from error
         await wait_for(lambda: not harness.objects(resources.RESOURCE_CLAIMS, "ml-train"))
         # The last attempt's pods stay for their logs, all of them terminated (rule 11).
         kept = harness.objects(resources.PODS, "ml-train")
