@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from gangq.queue.kube import objects
+from gangq.queue.core import inventory
 
 
 @dataclass(eq=False)
@@ -41,7 +41,7 @@ class Releases:
     def on_pod(self, obj: dict[str, Any], *, at: float) -> None:
         """Record the first moment the pod has no scheduling gates left."""
         metadata = obj.get("metadata") or {}
-        job = (metadata.get("labels") or {}).get(objects.JOB_LABEL)
+        job = (metadata.get("labels") or {}).get(inventory.JOB_NAME_LABEL)
         record = self.records.get(f"{metadata.get('namespace')}/{job}")
         pod = str(metadata.get("name"))
         if record is None or pod in record.released:

@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 
 from gangq.queue.bench.soak_jobs import Submitted
+from gangq.queue.core import inventory
 from gangq.queue.kube import objects
 from gangq.queue.kubesim import kinds
 from gangq.queue.kubesim.storage import Storage
@@ -39,7 +40,7 @@ def _key(obj: Mapping[str, Any]) -> str:
 
 def _job_of(obj: Mapping[str, Any]) -> str | None:
     metadata = obj.get("metadata") or {}
-    name = (metadata.get("labels") or {}).get(objects.JOB_LABEL)
+    name = (metadata.get("labels") or {}).get(inventory.JOB_NAME_LABEL)
     return None if name is None else f"{metadata.get('namespace')}/{name}"
 
 

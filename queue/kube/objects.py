@@ -15,10 +15,10 @@ from typing import Any
 
 from gangq.queue.core import model, quantity
 from gangq.queue.core.device import Device, DeviceId
+from gangq.queue.core.inventory import JOB_NAME_LABEL
 from gangq.queue.kube import resources
 from gangq.queue.store import reservations
 
-JOB_LABEL = "gangq.dev/job-name"
 REPLICA_LABEL = "gangq.dev/replica"
 JOB_UID_LABEL = "gangq.dev/job-uid"
 GANG_LABEL = "gangq.dev/gang"
@@ -63,7 +63,7 @@ def _metadata(
     job: Mapping[str, Any], name: str, replica: int | None, *, gang: str | None = None
 ) -> dict[str, Any]:
     meta = job["metadata"]
-    labels = {JOB_LABEL: meta["name"], JOB_UID_LABEL: meta["uid"]}
+    labels = {JOB_NAME_LABEL: meta["name"], JOB_UID_LABEL: meta["uid"]}
     if replica is not None:
         labels[REPLICA_LABEL] = str(replica)
     if gang is not None:
@@ -274,7 +274,10 @@ def service(job: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": metadata,
         "spec": {
             "clusterIP": "None",
-            "selector": {JOB_LABEL: job["metadata"]["name"], JOB_UID_LABEL: job["metadata"]["uid"]},
+            "selector": {
+                JOB_NAME_LABEL: job["metadata"]["name"],
+                JOB_UID_LABEL: job["metadata"]["uid"],
+            },
             "publishNotReadyAddresses": True,
             "ports": [{"name": "rendezvous", "port": MASTER_PORT}],
         },

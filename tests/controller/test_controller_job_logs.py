@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from gangq.queue.cli import main
+from gangq.queue.core import inventory
 from gangq.queue.kube import objects, resources
 from tests.controller.conftest import Harness, training_job, wait_for
 
@@ -83,7 +84,7 @@ async def test_previous_attempt_is_the_container_before_a_restart_in_place(
         "metadata": {
             "name": objects.replica_name("flaky", 0),
             "labels": {
-                objects.JOB_LABEL: "flaky",
+                inventory.JOB_NAME_LABEL: "flaky",
                 objects.JOB_UID_LABEL: created["metadata"]["uid"],
                 objects.REPLICA_LABEL: "0",
             },

@@ -14,6 +14,7 @@ from aiohttp.client_proto import ResponseHandler
 from kubernetes_asyncio import client
 
 from gangq.queue import config
+from gangq.queue.core import inventory
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import cache, objects, resources, retry, trainingjob
 from gangq.queue.kube import client as client_module
@@ -116,7 +117,7 @@ def _regrouped(watched: cache.WatchCache) -> tuple[dict[str, set[str]], set[str]
     foreign = set()
     for key, obj in watched.objects.items():
         labels = obj["metadata"].get("labels") or {}
-        if objects.JOB_LABEL not in labels:
+        if inventory.JOB_NAME_LABEL not in labels:
             foreign.add(key)
         elif objects.GANG_LABEL in labels:
             gangs.setdefault(labels[objects.GANG_LABEL], set()).add(key)
@@ -128,7 +129,7 @@ async def test_the_gang_and_foreign_indexes_follow_every_event_and_relist(
 ) -> None:
     watched = cache.WatchCache(kube, resources.PODS, on_change=lambda: None)
     task = asyncio.create_task(watched.run())
-    mine = {objects.JOB_LABEL: "train"}
+    mine = {inventory.JOB_NAME_LABEL: "train"}
 
     def indexed() -> tuple[dict[str, set[str]], set[str]]:
         return {g: set(members) for g, members in watched.by_gang.items()}, set(watched.foreign)
@@ -249,7 +250,7 @@ async def test_the_inventory_rebuilds_only_the_parts_whose_kind_changed(
         second = view.inventory()
         assert second is not None and second.nodes["gpu-0"].requested_cpu_milli == 2000
         assert second.devices is first.devices, "a pod does not re-read the slices"
-        labels = {objects.JOB_LABEL: "train", objects.GANG_LABEL: "g"}
+        labels = {inventory.JOB_NAME_LABEL: "train", objects.GANG_LABEL: "g"}
         await kube.create(resources.PODS, "default", _pod("mine", **labels))
         await wait_for(lambda: "default/mine" in view.objects(resources.PODS))
         after_own = view.inventory()
