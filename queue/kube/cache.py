@@ -35,6 +35,9 @@ WATCHED = (
     resources.NODES,
     resources.NAMESPACES,
 )
+INDEXED = (resources.PODS, resources.RESOURCE_CLAIMS)
+"""The kinds whose objects gangq makes per gang beside other components' objects: the only
+ones read per gang or as foreign objects, so the only ones indexed."""
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -60,6 +63,7 @@ class WatchCache:
         self.objects: dict[str, dict[str, Any]] = {}
         self.version = 0
         """Counts changes, so views built from `objects` know when to rebuild."""
+        self._indexed = resource in INDEXED
         self.by_gang: dict[str, dict[str, dict[str, Any]]] = {}
         """The objects gangq made, per gang label, kept as events arrive: every step reads a
         gang's pods and claims, and grouping all of them each step costs a pass per step."""
@@ -131,6 +135,8 @@ class WatchCache:
     def _store(self, key: str, obj: dict[str, Any]) -> bool:
         """Keep `obj` under `key` (none is kept there); True when it is a foreign object."""
         self.objects[key] = obj
+        if not self._indexed:
+            return False
         if not inventory.is_gangq_object(obj):
             self.foreign[key] = obj
             return True
@@ -142,7 +148,7 @@ class WatchCache:
     def _forget(self, key: str) -> bool:
         """Drop what is kept under `key`; True when that was a foreign object."""
         obj = self.objects.pop(key, None)
-        if obj is None:
+        if obj is None or not self._indexed:
             return False
         if self.foreign.pop(key, None) is not None:
             return True

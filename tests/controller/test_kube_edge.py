@@ -98,6 +98,7 @@ async def test_watch_cache_relists_after_410_and_rewatches_after_a_drop(
         await kube.create(resources.NAMESPACES, "", {"metadata": {"name": "after-drop"}})
         await wait_for(lambda: "after-drop" in watched.objects)
         assert watched.relists in (2, 3)
+        assert not watched.foreign and not watched.by_gang, "only pods and claims are indexed"
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
