@@ -26,6 +26,7 @@ KEYS = {
     "api_writes_per_job",
     "api_writes_per_job_total",
     "controller_cpu_ms_per_job",
+    "controller_startup_cpu_s",
     "emulator_writes_per_s",
     "client_request_cpu_us",
     "controller_cpu_requests_per_job",
@@ -111,6 +112,7 @@ def test_a_small_run_releases_every_job(server_url: str) -> None:
     )
     assert figures["controller_cpu_ms_per_job"] > 0 and figures["emulator_writes_per_s"] > 0
     assert figures["client_request_cpu_us"] > 0
+    assert figures["controller_startup_cpu_s"] > 0, "the start is counted apart, not dropped"
     assert figures["controller_cpu_requests_per_job"] == pytest.approx(
         figures["controller_cpu_ms_per_job"] * 1000 / figures["client_request_cpu_us"], rel=0.05
     )
