@@ -12,7 +12,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from gangq.queue.core import fit, sharing
+from gangq.queue.core import derived, fit, sharing
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.device import CounterSetId, Device, DeviceId
 from gangq.queue.core.model import (
@@ -108,6 +108,55 @@ class FreeView:
             del self.by_node[node]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Candidates:
+    """The devices of an inventory that are free unless a gangq gang holds them: on a known
+    node, untainted, not allocated by others. The same for every cycle on one inventory."""
+
+    by_node: dict[NodeName, tuple[Device, ...]]
+    """Sorted by node, and each node's devices by name."""
+    ids: dict[int, DeviceId]
+    """`id()` of each candidate -> its DeviceId."""
+    consumers: dict[CounterSetId, tuple[Device, ...]]
+    """Candidates per counter set they consume."""
+    partitioned: bool
+    """Some device of the inventory consumes counters or is shared, or others hold shares."""
+
+
+def _free_candidates(inventory: Inventory) -> _Candidates:
+    by_node: dict[NodeName, list[Device]] = {}
+    ids: dict[int, DeviceId] = {}
+    consumers: dict[CounterSetId, list[Device]] = {}
+    partitioned = bool(inventory.shared_by_others)
+    for device_id, device in inventory.devices.items():
+        consumes = device.consumes
+        if consumes or device.multi:
+            partitioned = True
+        if (
+            device.node is None
+            or device.node not in inventory.nodes
+            or device_id in inventory.held_by_others
+            or device.is_tainted
+        ):
+            continue
+        by_node.setdefault(NodeName(device.node), []).append(device)
+        ids[id(device)] = device_id
+        for set_id, _ in consumes:
+            consumers.setdefault(set_id, []).append(device)
+    return _Candidates(
+        by_node={
+            node: tuple(sorted(devices, key=_by_name)) for node, devices in sorted(by_node.items())
+        },
+        ids=ids,
+        consumers={set_id: tuple(devices) for set_id, devices in consumers.items()},
+        partitioned=partitioned,
+    )
+
+
+_candidates = derived.PerInventory(_free_candidates)
+"""Rebuilt when the cycle gets a new inventory, not at every cycle (see `derived`)."""
+
+
 class Pool:
     """Free devices and node room of one cycle; `take` records what an admission uses."""
 
@@ -131,40 +180,31 @@ class Pool:
                 if replica.shares:
                     shared.update(share.device for share in replica.shares)
         held -= shared
+        base = _candidates(inventory)
+        known = inventory.devices
+        gone = {id(known[d]) for d in held if d in known and id(known[d]) in base.ids}
+        """`id()` of the candidates gangq's running gangs hold whole."""
         self.free_by_node: dict[NodeName, list[Device]] = {}
-        self.free: set[DeviceId] = set()
-        self._free_ids: dict[int, DeviceId] = {}
+        for node, devices in base.by_node.items():
+            kept = [d for d in devices if id(d) not in gone] if gone else list(devices)
+            if kept:
+                self.free_by_node[node] = kept
+        self.free: set[DeviceId] = set(base.ids.values())
+        self.free -= held
+        self._free_ids: dict[int, DeviceId] = dict(base.ids)
         """`id()` of each free device -> its DeviceId, to skip rebuilding the id string."""
+        for device in gone:
+            del self._free_ids[device]
         self.ledger = sharing.Ledger(inventory.counters)
         """Counters and capacity shares left (rule 12); untouched where every device is plain."""
-        self.partitioned = bool(inventory.shared_by_others)
+        self.partitioned = base.partitioned
         """Some device consumes counters or is shared (or others hold shares): `take` must
         re-check the neighbours of what it takes."""
-        self._consumers: dict[CounterSetId, list[Device]] = {}
+        self._consumers: dict[CounterSetId, list[Device]] = {
+            set_id: [d for d in devices if id(d) not in gone]
+            for set_id, devices in base.consumers.items()
+        }
         """Free devices per counter set they consume."""
-        partitioned = self.partitioned
-        for device_id, device in inventory.devices.items():
-            consumes = device.consumes
-            if consumes or device.multi:
-                partitioned = True
-            if (
-                device_id in held
-                or device.node is None
-                or device.node not in inventory.nodes
-                or device_id in inventory.held_by_others
-                or device.is_tainted
-            ):
-                continue
-            self.free_by_node.setdefault(NodeName(device.node), []).append(device)
-            self.free.add(device_id)
-            self._free_ids[id(device)] = device_id
-            if consumes:
-                for set_id, _ in consumes:
-                    self._consumers.setdefault(set_id, []).append(device)
-        self.partitioned = partitioned
-        for devices in self.free_by_node.values():
-            devices.sort(key=_by_name)
-        self.free_by_node = dict(sorted(self.free_by_node.items()))
         self.headroom: dict[NodeName, list[int]] = {
             name: [
                 node.allocatable_cpu_milli - node.requested_cpu_milli,

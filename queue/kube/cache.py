@@ -171,7 +171,7 @@ class ClusterCache:
         self.synced = asyncio.Event()
         self.version = 0
         self.caches = {r.plural: WatchCache(self.kube, r, on_change=self._touch) for r in WATCHED}
-        self._inventory: tuple[int, model.Inventory] | None = None
+        self._inventory: tuple[tuple[int, ...], model.Inventory] | None = None
         self._parts: dict[str, tuple[tuple[int, ...], Any]] = {}
 
     def _touch(self) -> None:
@@ -215,7 +215,16 @@ class ClusterCache:
         """What the cycle may allocate, as the caches see it now; None before every cache synced."""
         if not self.synced.is_set():
             return None
-        if self._inventory is not None and self._inventory[0] == self.version:
+        # Keyed by what it reads, not by every change: gangq's own pods and claims change at
+        # every step, and the same object lets memos of it (`core.derived`) hold across steps.
+        read = (
+            self._version(resources.NODES),
+            self._foreign_version(resources.PODS),
+            self._version(resources.RESOURCE_SLICES),
+            self._version(resources.DEVICE_CLASSES),
+            self._foreign_version(resources.RESOURCE_CLAIMS),
+        )
+        if self._inventory is not None and self._inventory[0] == read:
             return self._inventory[1]
         built = model.Inventory(
             nodes=self._part(
@@ -263,7 +272,7 @@ class ClusterCache:
             ),
             topology_keys=self.settings.topology_keys,
         )
-        self._inventory = (self.version, built)
+        self._inventory = (read, built)
         return built
 
     def _version(self, resource: Resource) -> int:

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gangq.queue import logconfig
 from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
-from gangq.queue.core import model
+from gangq.queue.core import derived, model
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import (
     cache,
@@ -73,6 +73,18 @@ class _Facts:
     inventory: model.Inventory
     unready_nodes: frozenset[str]
     evicting_devices: frozenset[str]
+
+
+def _facts(inventory: model.Inventory) -> _Facts:
+    return _Facts(
+        inventory=inventory,
+        unready_nodes=frozenset(n for n, node in inventory.nodes.items() if not node.ready),
+        evicting_devices=frozenset(d for d, dev in inventory.devices.items() if dev.is_evicting),
+    )
+
+
+_facts_of = derived.PerInventory(_facts)
+"""A pass over every node and device when the inventory changes, not at every step."""
 
 
 def _by_replica(objs: Iterable[dict[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -195,13 +207,7 @@ class Gangs:
         records: Mapping[str, jobs.JobRecord],
     ) -> None:
         """Drive every holding gang concurrently; the cluster facts are read once per step."""
-        facts = _Facts(
-            inventory=inventory,
-            unready_nodes=frozenset(n for n, node in inventory.nodes.items() if not node.ready),
-            evicting_devices=frozenset(
-                d for d, dev in inventory.devices.items() if dev.is_evicting
-            ),
-        )
+        facts = _facts_of(inventory)
         limit = asyncio.Semaphore(DRIVES_IN_FLIGHT)
         self._started, self._ended = [], []
 

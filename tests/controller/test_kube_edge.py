@@ -281,7 +281,12 @@ async def test_the_inventory_rebuilds_only_the_parts_whose_kind_changed(
         await kube.create(resources.PODS, "default", _pod("mine", **labels))
         await wait_for(lambda: "default/mine" in view.objects(resources.PODS))
         after_own = view.inventory()
-        assert after_own is not None and after_own.nodes is second.nodes, "gangq's pods: no recount"
+        assert after_own is second, "gangq's pods: the same inventory, so its memos hold"
+        job = training_job("unrelated")
+        job["metadata"]["namespace"] = "default"
+        await kube.create(resources.TRAINING_JOBS, "default", job)
+        await wait_for(lambda: "default/unrelated" in view.objects(resources.TRAINING_JOBS))
+        assert view.inventory() is second
         cluster.kubelets.taint_device("gpu-1", "gpu-1", effect="NoSchedule")
         await wait_for(lambda: (view.inventory() or first).devices is not first.devices)
         third = view.inventory()
