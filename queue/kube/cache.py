@@ -9,6 +9,7 @@ runs before) and the `changed` event that wakes the controller. It never writes 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -171,7 +172,7 @@ class ClusterCache:
         self.synced = asyncio.Event()
         self.version = 0
         self.caches = {r.plural: WatchCache(self.kube, r, on_change=self._touch) for r in WATCHED}
-        self._inventory: tuple[tuple[int, ...], model.Inventory] | None = None
+        self._inventory: model.Inventory | None = None
         self._parts: dict[str, tuple[tuple[int, ...], Any]] = {}
 
     def _touch(self) -> None:
@@ -215,17 +216,6 @@ class ClusterCache:
         """What the cycle may allocate, as the caches see it now; None before every cache synced."""
         if not self.synced.is_set():
             return None
-        # Keyed by what it reads, not by every change: gangq's own pods and claims change at
-        # every step, and the same object lets memos of it (`core.derived`) hold across steps.
-        read = (
-            self._version(resources.NODES),
-            self._foreign_version(resources.PODS),
-            self._version(resources.RESOURCE_SLICES),
-            self._version(resources.DEVICE_CLASSES),
-            self._foreign_version(resources.RESOURCE_CLAIMS),
-        )
-        if self._inventory is not None and self._inventory[0] == read:
-            return self._inventory[1]
         built = model.Inventory(
             nodes=self._part(
                 "usage",
@@ -272,7 +262,15 @@ class ClusterCache:
             ),
             topology_keys=self.settings.topology_keys,
         )
-        self._inventory = (read, built)
+        # The same object while every part is: gangq's own pods and claims change at every
+        # step, and memos keyed by the inventory (`core.derived`) must hold across steps.
+        last = self._inventory
+        if last is not None and all(
+            getattr(last, field.name) is getattr(built, field.name)
+            for field in dataclasses.fields(built)
+        ):
+            return last
+        self._inventory = built
         return built
 
     def _version(self, resource: Resource) -> int:
