@@ -25,6 +25,7 @@ import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from gangq.queue import eventloop
 from gangq.queue.core.errors import GangqError, InvalidInputError
 
 HEADER_SECONDS = 10.0
@@ -177,7 +178,7 @@ class ApiHost:
             )
 
         try:
-            asyncio.run(serve_all())
+            eventloop.run(serve_all())
         except BaseException as error:  # reported to the owner's thread by `check`
             self._error = error
 

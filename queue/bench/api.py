@@ -26,6 +26,8 @@ from typing import Any
 
 import httpx
 
+from gangq.queue import eventloop
+
 HOSTINGS = ("before", "same-loop", "own-thread")
 DELAY_GOAL_MS = 20.0
 
@@ -44,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    figures = asyncio.run(_measure_all(args))
+    figures = eventloop.run(_measure_all(args))
     if args.json:
         print(json.dumps(figures))
         return 0
@@ -189,7 +191,7 @@ class Load:
 
 def hammer(load: Load, results: Any) -> None:
     """The load process: `clients` loops of requests for `seconds`; answers counted by status."""
-    results.put(asyncio.run(_hammer(load)))
+    results.put(eventloop.run(_hammer(load)))
 
 
 async def _hammer(load: Load) -> dict[str, int]:

@@ -22,7 +22,7 @@ import time
 from kubernetes_asyncio import client, config
 
 from gangq.queue import config as gangq_config
-from gangq.queue import controller
+from gangq.queue import controller, eventloop
 from gangq.queue import metrics as gangq_metrics
 from gangq.queue.store import database
 
@@ -78,9 +78,9 @@ def main() -> None:
     started = time.process_time()
     if args.profile:
         with cProfile.Profile(time.process_time) as profile:
-            asyncio.run(_run(args, started))
+            eventloop.run(_run(args, started))
         profile.dump_stats(args.profile)
     else:
-        asyncio.run(_run(args, started))
+        eventloop.run(_run(args, started))
     print(json.dumps({"cpu_s": round(time.process_time() - started, 3)}), flush=True)
     sys.exit(0)

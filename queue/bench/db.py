@@ -17,7 +17,6 @@ caller that commits each job on its own.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import random
 import time
@@ -25,6 +24,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gangq.queue import eventloop
 from gangq.queue.bench import synthetic
 from gangq.queue.cli import migrate
 from gangq.queue.core import cycle
@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError("--nodes, --pending, --batch and --cycles must be >= 1")
     if args.single < 0:
         raise InvalidInputError("--single must be >= 0")
-    figures = asyncio.run(_run_in_scratch_database(migrate.open_url(args), args))
+    figures = eventloop.run(_run_in_scratch_database(migrate.open_url(args), args))
     if args.json:
         print(json.dumps(asdict(figures)))
     else:

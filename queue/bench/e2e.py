@@ -11,10 +11,10 @@ load the controller, the emulator and the API stack.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 
+from gangq.queue import eventloop
 from gangq.queue.core.errors import InvalidInputError
 
 
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     _check(args)
     from gangq.queue.bench import endtoend
 
-    figures, finished = asyncio.run(endtoend.measure(args, echo=_stderr))
+    figures, finished = eventloop.run(endtoend.measure(args, echo=_stderr))
     if args.json:
         print(json.dumps(figures))
     else:

@@ -12,11 +12,11 @@ unless the last four are 0. This module holds only the command line; the run is 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from pathlib import Path
 
+from gangq.queue import eventloop
 from gangq.queue.core.errors import InvalidInputError
 
 FAILURES = ("violations", "leaked_objects", "stuck_jobs", "asyncio_errors")
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     _check(args)
     from gangq.queue.bench import soak_run
 
-    figures = asyncio.run(soak_run.soak(args, echo=_stderr))
+    figures = eventloop.run(soak_run.soak(args, echo=_stderr))
     if args.json:
         print(json.dumps(figures))
     else:

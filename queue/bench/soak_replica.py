@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gangq.queue import eventloop
+
 MARKER = "gangq-soak-error:"
 """Prefix of the line a replica prints for each asyncio error or unhandled exception."""
 ENTRY = "from gangq.queue.bench import soak_replica; soak_replica.main()"
@@ -92,7 +94,7 @@ def main() -> None:
         leader_retry_s=LEADER_RETRY_S,
         cycle_interval_s=CYCLE_INTERVAL_S,
     )
-    asyncio.run(_serve(settings, port=args.port, metrics_port=args.metrics_port))
+    eventloop.run(_serve(settings, port=args.port, metrics_port=args.metrics_port))
 
 
 def free_port() -> int:

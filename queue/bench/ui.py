@@ -22,6 +22,8 @@ from typing import Any
 
 import httpx
 
+from gangq.queue import eventloop
+
 PAGES = ("cluster", "queue", "jobs", "tenants")
 LOAD_GOAL_S = 1.0
 CHROMIUM = "/usr/bin/chromium"
@@ -39,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    figures = asyncio.run(_measure(args))
+    figures = eventloop.run(_measure(args))
     if args.json:
         print(json.dumps(figures))
     else:

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from gangq.queue import eventloop
 from gangq.queue.core.errors import InvalidInputError
 
 
@@ -135,5 +136,5 @@ async def _serve(args: argparse.Namespace) -> None:
 def run_up(args: argparse.Namespace) -> int:
     _check(args)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args))
+        eventloop.run(_serve(args))
     return 0

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gangq.queue import logconfig
+from gangq.queue import eventloop, logconfig
 from gangq.queue.core.errors import InvalidInputError
 
 
@@ -72,7 +72,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
     options = runner.Options(directory, echo, serve=args.serve, api_port=args.api_port)
     try:
-        outcome = asyncio.run(runner.run(options, on_outcome=tell))
+        outcome = eventloop.run(runner.run(options, on_outcome=tell))
     except asyncio.CancelledError:
         print("gangq: demo stopped (SIGTERM)", file=sys.stderr)
         return 143

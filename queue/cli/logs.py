@@ -11,12 +11,12 @@ Errors of the API server (an unknown container, no previous run) are shown as it
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from gangq.queue import eventloop
 from gangq.queue.cli import kubeclient
 from gangq.queue.core.errors import GangqError, InvalidInputError
 from gangq.queue.kube import objects
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError("--replica must be 0 or more")
     if args.tail is not None and args.tail < 0:
         raise InvalidInputError("--tail must be 0 or more")
-    text = asyncio.run(_logs(args, namespace, name))
+    text = eventloop.run(_logs(args, namespace, name))
     sys.stdout.write(text)
     sys.stdout.flush()
     return 0

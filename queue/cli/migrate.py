@@ -8,10 +8,11 @@ when a command runs, so `gangq --help` does not load the database drivers.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
+
+from gangq.queue import eventloop
 
 
 def add_database_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +55,7 @@ async def _migrate(url: str) -> tuple[str | None, str | None]:
 def run(args: argparse.Namespace) -> int:
     from gangq.queue.store import schema
 
-    before, after = asyncio.run(_migrate(open_url(args)))
+    before, after = eventloop.run(_migrate(open_url(args)))
     if args.json:
         print(json.dumps({"before": before, "after": after, "head": schema.head_revision()}))
     elif before == after:

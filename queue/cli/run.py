@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gangq.queue import logconfig
+from gangq.queue import eventloop, logconfig
 from gangq.queue.cli import kubeclient
 from gangq.queue.core.errors import InvalidInputError
 
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     settings = config.load(args.config, **overrides)
     if not settings.database_url:
         raise InvalidInputError("no database: set DATABASE_URL or pass --database-url")
-    asyncio.run(serve(settings, host=args.host, port=args.port, metrics_port=args.metrics_port))
+    eventloop.run(serve(settings, host=args.host, port=args.port, metrics_port=args.metrics_port))
     return 0
 
 

@@ -4,13 +4,13 @@ partition or share counts as its GPU-equivalent (docs/partitions.md)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import re
 import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from gangq.queue import eventloop
 from gangq.queue.cli import migrate, table
 from gangq.queue.core.errors import InvalidInputError
 
@@ -67,7 +67,7 @@ def _table(rows: tuple[UsageRow, ...]) -> str:
 def run(args: argparse.Namespace) -> int:
     window_s = parse_duration(args.since)
     until = time.time()
-    rows = asyncio.run(
+    rows = eventloop.run(
         _report(migrate.open_url(args), since=until - window_s, until=until, tenant=args.tenant)
     )
     if args.json:
