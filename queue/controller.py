@@ -80,8 +80,10 @@ async def run_controller(
                 )
     finally:
         gangq_metrics.set_leader(registry, is_leader=False)
-        await leadership.release()
-        await view.kube.close()
+        try:
+            await leadership.release()
+        finally:
+            await view.kube.close()
 
 
 async def _lead(

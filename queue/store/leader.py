@@ -63,16 +63,16 @@ class Leadership:
         """Take the lock if free; True while this process leads. Safe to call every loop."""
         if self.epoch is not None and await self.is_held():
             return True
-        await self._drop_connection()
+        self._drop_connection()
         try:
             self._connection = await asyncpg.connect(self._dsn)
             if not await self._connection.fetchval(TAKE_LOCK, LOCK_KEY):
-                await self._drop_connection()
+                self._drop_connection()
                 return False
             self.epoch = int(await self._connection.fetchval(RAISE_EPOCH, self.holder))
         except _CONNECTION_ERRORS as error:
             logger.warning("leadership campaign of %s failed: %s", self.holder, error)
-            await self._drop_connection()
+            self._drop_connection()
             return False
         logger.info("leadership acquired by %s at epoch %d", self.holder, self.epoch)
         return True
@@ -87,20 +87,25 @@ class Leadership:
             await connection.fetchval("SELECT 1")
         except _CONNECTION_ERRORS:
             logger.warning("leadership of %s lost with its connection", self.holder)
-            await self._drop_connection()
+            self._drop_connection()
             return False
         return True
 
     async def release(self) -> None:
+        """Unlock, then close the lock's connection whatever became of the unlock, a
+        cancellation included: an open connection keeps the lock until it closes, and one
+        left to the garbage collector keeps it until a collection happens to find it."""
         connection = self._connection
-        if connection is not None and not connection.is_closed():
-            try:
-                await connection.fetchval(UNLOCK, LOCK_KEY)
-            except _CONNECTION_ERRORS:
-                logger.warning("leadership of %s: unlock failed, closing instead", self.holder)
-        await self._drop_connection()
+        try:
+            if connection is not None and not connection.is_closed():
+                try:
+                    await connection.fetchval(UNLOCK, LOCK_KEY)
+                except _CONNECTION_ERRORS:
+                    logger.warning("leadership of %s: unlock failed, closing instead", self.holder)
+        finally:
+            self._drop_connection()
 
-    async def _drop_connection(self) -> None:
+    def _drop_connection(self) -> None:
         connection, self._connection, self.epoch = self._connection, None, None
         if connection is not None and not connection.is_closed():
             connection.terminate()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 
 import asyncpg
 import pytest
@@ -154,3 +156,30 @@ async def test_a_process_that_never_led_cannot_write(
             await jobs.enqueue(session, [job("a/one")], actor="follower", now=T0)
     async with session_factory() as session:
         assert (await jobs.list_jobs(session)).total == 0
+
+
+@pytest.mark.parametrize("steps", range(1, 6))
+async def test_a_release_cut_off_by_a_second_cancellation_still_frees_the_lock(
+    database_url: str, steps: int
+) -> None:
+    """A stopping controller is cancelled while it releases (a second Ctrl-C, a supervisor
+    giving up): the lock's connection must close anyway, not linger until the collector
+    finds it, holding the lock with it. The collector is off so only the fix can free it."""
+    first, second = (
+        leader.Leadership(database_url, holder="a"),
+        leader.Leadership(database_url, holder="b"),
+    )
+    assert await first.try_acquire()
+    gc.disable()
+    try:
+        releasing = asyncio.create_task(first.release())
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        releasing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await releasing
+        assert await second.try_acquire()
+    finally:
+        gc.enable()
+        await second.release()
+        await first.release()
