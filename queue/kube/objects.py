@@ -8,7 +8,9 @@ PRODUCT §5. Pure: builds dicts, sends nothing.
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -42,7 +44,14 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 def rfc3339(unix_s: float) -> str:
-    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Whole seconds, as the API server writes timestamps; memoized by the second, since every
+    step renders each shown job's stamps again and strftime dominates that."""
+    return _rfc3339_second(math.floor(unix_s))
+
+
+@functools.lru_cache(maxsize=65536)
+def _rfc3339_second(second: int) -> str:
+    return datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_rfc3339(text: object) -> float | None:
