@@ -35,8 +35,7 @@ from gangq.queue.kube import (
 )
 from gangq.queue.kube.actuator import Actuator
 from gangq.queue.kube.client import KubeError
-from gangq.queue.store import jobs, leader, refusals, reservations, snapshot, timestamps
-from gangq.queue.store.runs import Run
+from gangq.queue.store import jobs, leader, refusals, reservations, runs, snapshot, timestamps
 
 logger = logging.getLogger(__name__)
 EVENTFUL = (lifecycle.Ending.FAILED, lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED)
@@ -228,7 +227,7 @@ class Gangs:
         ]
         if not batch:
             return
-        learned: list[Run | None] = []
+        learned: list[runs.Run] = []
         try:
             async with self.writes.transaction() as session:
                 learned = await self._store(session, batch)
@@ -251,22 +250,21 @@ class Gangs:
 
     async def _store(
         self, session: AsyncSession, batch: list[tuple[Held, _Ended | None]]
-    ) -> list[Run | None]:
-        """Starts and ends in the caller's transaction, the gangs that ended for good in one
-        go; an end that is a run (module `history`) is recorded with it and returned, to be
-        learned once committed."""
+    ) -> list[runs.Run]:
+        """Starts and ends in the caller's transaction, the starts and the gangs that ended
+        for good each in one go; an end that is a run (module `history`) is recorded with it
+        and returned, to be learned once committed."""
         now, actor = self.clock(), self.settings.actor
+        starts = [
+            jobs.Start(held.gang.key, self.skews_ms.get(held.gang.uid))
+            for held, ending in batch
+            if ending is None
+        ]
+        await jobs.start_all(session, starts, at=now, actor=actor)
         finished: list[jobs.Ending] = []
         for held, ending in batch:
             gang = held.gang
             if ending is None:
-                await jobs.mark_running(
-                    session,
-                    gang.key,
-                    at=now,
-                    actor=actor,
-                    release_skew_ms=self.skews_ms.get(gang.uid),
-                )
                 continue
             verdict, context = ending.verdict, ending.context
             failures = [f.details() for f in verdict.failures]
@@ -303,16 +301,16 @@ class Gangs:
                 await refusals.mark_refused(
                     session, ended.key, message=ended.reason.removeprefix(REFUSED)
                 )
-        learned: list[Run | None] = []
+        learned: list[runs.Run] = []
         for held, ending in batch:
-            if ending is not None:
-                tier = self.settings.tier(held.row.tier)
-                long_running = bool(tier and tier.long_running)
-                learned.append(
-                    await self.history.record(
-                        session, held.row, ending.verdict, now=now, long_running=long_running
-                    )
-                )
+            if ending is None:
+                continue
+            tier = self.settings.tier(held.row.tier)
+            long_running = bool(tier and tier.long_running)
+            run = history.run_of(held.row, ending.verdict, now=now, long_running=long_running)
+            if run is not None:
+                learned.append(run)
+        await runs.record(session, learned)
         return learned
 
     async def _read_claims(self, gang: lifecycle.Gang) -> lifecycle.Gang:

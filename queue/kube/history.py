@@ -75,22 +75,7 @@ class History:
             logger.info("runtime predictor loaded: %d recent runs (epoch %d)", len(finished), epoch)
         return self.estimator
 
-    async def record(
-        self,
-        session: AsyncSession,
-        row: snapshot.JobColumns,
-        verdict: lifecycle.Verdict,
-        *,
-        now: float,
-        long_running: bool,
-    ) -> runs.Run | None:
-        """Record the gang's run in the caller's transaction (the one that ends the gang)."""
-        run = run_of(row, verdict, now=now, long_running=long_running)
-        if run is not None:
-            await runs.record(session, run)
-        return run
-
-    def learn(self, run: runs.Run | None) -> None:
+    def learn(self, run: runs.Run) -> None:
         """After the ending committed: the predictor knows the run from the next cycle on."""
-        if run is not None and self.estimator is not None:
+        if self.estimator is not None:
             self.estimator.learn(run.finished)

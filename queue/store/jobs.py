@@ -275,21 +275,69 @@ async def record_event(
 async def mark_running(
     session: AsyncSession, key: str, *, at: float, actor: str, release_skew_ms: int | None = None
 ) -> None:
-    """All pods of the gang are running: its runtime bound starts counting now (rule 5). The
-    release skew, when the caller measured it, goes into the history entry (the job page)."""
-    row = await _live(session, key)
-    if row.phase != ADMITTED:
-        raise InvalidInputError(f"job {key} is {row.phase}, only an Admitted job can start")
-    row.phase, row.started_at = RUNNING, timestamps.to_datetime(at)
-    await record_event(
-        session,
-        row,
-        kind=EventKind.STARTED,
-        actor=actor,
-        at=at,
-        reason="all pods running",
-        details=None if release_skew_ms is None else {"release_skew_ms": release_skew_ms},
+    """All pods of the gang are running: see `start_all`."""
+    await start_all(session, [Start(key, release_skew_ms)], at=at, actor=actor)
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """A gang whose pods all run (`start_all`), with the release skew when the caller
+    measured it (it goes into the history entry the job page shows)."""
+
+    key: str
+    release_skew_ms: int | None = None
+
+
+START = text(
+    f"""
+    UPDATE jobs AS j SET phase = '{RUNNING}', started_at = :at
+    FROM unnest(CAST(:namespaces AS text[]), CAST(:names AS text[])) AS u(namespace, name)
+    WHERE j.namespace = u.namespace AND j.name = u.name AND j.phase = '{ADMITTED}'
+    RETURNING j.id, j.namespace, j.name, j.tenant
+    """
+)
+
+
+async def start_all(
+    session: AsyncSession, starts: Sequence[Start], *, at: float, actor: str
+) -> None:
+    """These gangs' pods all run: their runtime bounds start counting now (rule 5).
+
+    Two statements however many start, as in `finish_all`; when one of them is not an
+    Admitted live job, `InvalidInputError` names it and the caller's transaction writes
+    nothing."""
+    if not starts:
+        return
+    rows = await session.execute(
+        START,
+        {
+            "at": timestamps.to_datetime(at),
+            "namespaces": [split_key(s.key)[0] for s in starts],
+            "names": [split_key(s.key)[1] for s in starts],
+        },
     )
+    started = {f"{namespace}/{name}": (job_id, tenant) for job_id, namespace, name, tenant in rows}
+    for start in starts:
+        if start.key not in started:
+            row = await _live(session, start.key)
+            raise InvalidInputError(
+                f"job {start.key} is {row.phase}, only an Admitted job can start"
+            )
+    entries: list[tuple[int | None, events.Event]] = []
+    for start in starts:
+        job_id, tenant = started[start.key]
+        skew = start.release_skew_ms
+        event = events.Event(
+            kind=EventKind.STARTED,
+            actor=actor,
+            at=at,
+            job_key=start.key,
+            tenant=tenant,
+            reason="all pods running",
+            details={} if skew is None else {"release_skew_ms": skew},
+        )
+        entries.append((job_id, event))
+    await events.record(session, entries)
 
 
 @dataclass(frozen=True, slots=True)

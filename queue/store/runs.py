@@ -87,25 +87,30 @@ def shape_of(
     )
 
 
-async def record(session: AsyncSession, run: Run) -> None:
-    """Keep one finished attempt; recording the same attempt again changes nothing."""
-    shape = run.shape
+async def record(session: AsyncSession, finished: Sequence[Run]) -> None:
+    """Keep finished attempts, a step's endings in one round trip; recording the same attempt
+    again changes nothing."""
+    if not finished:
+        return
     await session.execute(
         RECORD,
-        {
-            "job_id": run.job_id,
-            "job_key": run.job_key,
-            "tenant": shape.tenant,
-            "tier": shape.tier,
-            "replicas": shape.replicas,
-            "devices_per_replica": shape.devices_per_replica,
-            "family": shape.family,
-            "device_class": run.device_class,
-            "succeeded": run.succeeded,
-            "started_at": timestamps.to_datetime(run.started_at),
-            "ended_at": timestamps.to_datetime(run.ended_at),
-            "runtime_s": run.ended_at - run.started_at,
-        },
+        [
+            {
+                "job_id": run.job_id,
+                "job_key": run.job_key,
+                "tenant": run.shape.tenant,
+                "tier": run.shape.tier,
+                "replicas": run.shape.replicas,
+                "devices_per_replica": run.shape.devices_per_replica,
+                "family": run.shape.family,
+                "device_class": run.device_class,
+                "succeeded": run.succeeded,
+                "started_at": timestamps.to_datetime(run.started_at),
+                "ended_at": timestamps.to_datetime(run.ended_at),
+                "runtime_s": run.ended_at - run.started_at,
+            }
+            for run in finished
+        ],
     )
 
 

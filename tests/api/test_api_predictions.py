@@ -23,15 +23,17 @@ async def test_etas_and_details_come_from_predicted_runtimes(
         for shape, runtime_s in ((A_SMALL, 600.0), (A_SMALL, 800.0), (B_ONE, 900.0)):
             await runs.record(
                 session,
-                runs.Run(
-                    job_id=None,
-                    job_key=f"{shape.tenant}/{shape.family}",
-                    shape=shape,
-                    device_class="gpu.nvidia.com",
-                    succeeded=True,
-                    started_at=started - 5000 - runtime_s,
-                    ended_at=started - 5000,
-                ),
+                [
+                    runs.Run(
+                        job_id=None,
+                        job_key=f"{shape.tenant}/{shape.family}",
+                        shape=shape,
+                        device_class="gpu.nvidia.com",
+                        succeeded=True,
+                        started_at=started - 5000 - runtime_s,
+                        ended_at=started - 5000,
+                    )
+                ],
             )
         for key in ("team-a/a-small", "team-b/b-one"):
             await jobs.mark_running(session, key, at=started, actor="test")

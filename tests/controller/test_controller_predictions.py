@@ -102,15 +102,17 @@ async def test_a_new_leader_plans_on_the_runs_in_the_store_and_grows_outlived_pr
             ended = time.time() - 3600
             await runs.record(
                 session,
-                runs.Run(
-                    job_id=None,
-                    job_key="ml-train/long-0",
-                    shape=shape,
-                    device_class="gpu.nvidia.com",
-                    succeeded=True,
-                    started_at=ended - runtime_s,
-                    ended_at=ended,
-                ),
+                [
+                    runs.Run(
+                        job_id=None,
+                        job_key="ml-train/long-0",
+                        shape=shape,
+                        device_class="gpu.nvidia.com",
+                        succeeded=True,
+                        started_at=ended - runtime_s,
+                        ended_at=ended,
+                    )
+                ],
             )
     harness.start(status_refresh_s=0.0)
     long = training_job("long-1", run_seconds=None, maxRuntimeSeconds=36000)

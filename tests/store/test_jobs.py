@@ -165,6 +165,34 @@ async def test_mark_running_refuses_a_queued_job(session_factory: Sessions) -> N
             )
 
 
+async def test_start_all_starts_every_admitted_gang_or_none(session_factory: Sessions) -> None:
+    """A step's starts go in one statement; one that is not Admitted refuses the whole batch
+    (the caller then retries each alone), so no gang is half recorded as running."""
+    await _enqueue(session_factory, job("a/one"), job("a/two"), job("a/queued"))
+    await _admit(session_factory, "a/one", "node-1", 0)
+    await _admit(session_factory, "a/two", "node-1", 1)
+    batch = [jobs.Start("a/one", 5), jobs.Start("a/queued"), jobs.Start("a/two")]
+    with pytest.raises(InvalidInputError, match="a/queued is Queued, only an Admitted job"):
+        async with session_factory() as session, session.begin():
+            await jobs.start_all(session, batch, at=T0 + 20, actor="controller")
+    async with session_factory() as session:
+        assert {r.key: r.phase for r in (await jobs.list_jobs(session)).items} == {
+            "a/one": "Admitted",
+            "a/two": "Admitted",
+            "a/queued": "Queued",
+        }
+    async with session_factory() as session, session.begin():
+        await jobs.start_all(session, [batch[0], batch[2]], at=T0 + 20, actor="controller")
+    async with session_factory() as session:
+        one, two = await jobs.get_job(session, "a/one"), await jobs.get_job(session, "a/two")
+    assert one is not None and two is not None
+    assert (one.job.phase, one.job.started_at, two.job.phase) == ("Running", T0 + 20, "Running")
+    assert [(e.kind, e.reason, e.details) for e in (one.history[-1], two.history[-1])] == [
+        (EventKind.STARTED, "all pods running", {"release_skew_ms": 5}),
+        (EventKind.STARTED, "all pods running", {}),
+    ]
+
+
 async def test_list_filters_and_pages(session_factory: Sessions) -> None:
     await _enqueue(
         session_factory,

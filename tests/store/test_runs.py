@@ -29,8 +29,7 @@ def run(shape: prediction.RunShape, *, runtime_s: float, ended_at: float) -> run
 
 async def _record(sessions: Sessions, *finished: runs.Run) -> None:
     async with sessions() as session, session.begin():
-        for each in finished:
-            await runs.record(session, each)
+        await runs.record(session, finished)
 
 
 async def test_the_leader_reads_the_last_runs_of_every_shape_oldest_first(
