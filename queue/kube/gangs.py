@@ -263,9 +263,9 @@ class Gangs:
         await jobs.start_all(session, starts, at=now, actor=actor)
         finished: list[jobs.Ending] = []
         for held, ending in batch:
-            gang = held.gang
             if ending is None:
                 continue
+            gang = held.gang
             verdict, context = ending.verdict, ending.context
             failures = [f.details() for f in verdict.failures]
             if verdict.ending not in (lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED):

@@ -272,13 +272,6 @@ async def record_event(
     await events.record(session, [(row.id, event)])
 
 
-async def mark_running(
-    session: AsyncSession, key: str, *, at: float, actor: str, release_skew_ms: int | None = None
-) -> None:
-    """All pods of the gang are running: see `start_all`."""
-    await start_all(session, [Start(key, release_skew_ms)], at=at, actor=actor)
-
-
 @dataclass(frozen=True, slots=True)
 class Start:
     """A gang whose pods all run (`start_all`), with the release skew when the caller

@@ -153,7 +153,7 @@ async def hold_a_reservation(
     """Start both admitted gangs and queue `team-b/b-wide` (2 x 4), which must wait for both."""
     async with sessions() as session, session.begin():
         for key in ("team-a/a-small", "team-b/b-one"):
-            await jobs.mark_running(session, key, at=started, actor="test")
+            await jobs.start_all(session, [jobs.Start(key)], at=started, actor="test")
         await tenants.upsert_tenant(
             session, "team-b", [quota("team-b", 16)], actor="test", now=started
         )

@@ -85,7 +85,7 @@ async def test_a_failed_job_shows_why_and_each_failed_replica(
     failure = {"replica": 0, "node": "node-0", "reason": "OOMKilled", "exitCode": 137}
     why = "replica 0 on node-0 exited with code 137 (OOMKilled); 0 of 0 restarts used"
     async with session_factory() as session, session.begin():
-        await jobs.mark_running(session, "team-a/a-small", at=time.time(), actor="test")
+        await jobs.start_all(session, [jobs.Start("team-a/a-small")], at=time.time(), actor="test")
         await jobs.finish(
             session,
             "team-a/a-small",

@@ -36,7 +36,7 @@ async def test_etas_and_details_come_from_predicted_runtimes(
                 ],
             )
         for key in ("team-a/a-small", "team-b/b-one"):
-            await jobs.mark_running(session, key, at=started, actor="test")
+            await jobs.start_all(session, [jobs.Start(key)], at=started, actor="test")
         await checkpoints.describe(
             session,
             [checkpoints.Reported(uid="uid-team-a/a-small", last_checkpoint_at=started + 200)],

@@ -79,7 +79,7 @@ async def _apply(sessions: Sessions, operation: Operation, *, step: int, epoch: 
     key = candidates[argument % len(candidates)]
     async with sessions() as session, session.begin():
         if kind == "start":
-            await jobs.mark_running(session, key, at=now, actor="test")
+            await jobs.start_all(session, [jobs.Start(key)], at=now, actor="test")
         elif kind == "requeue":
             await jobs.requeue(session, key, at=now, actor="test", reason="x", preempted=True)
         else:

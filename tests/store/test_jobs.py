@@ -107,9 +107,7 @@ async def test_lifecycle_to_success_frees_the_key(session_factory: Sessions) -> 
         detail = await jobs.get_job(session, "a/one")
         assert detail is not None
         assert detail.placement == (placement("node-1", 3),)
-        await jobs.mark_running(
-            session, "a/one", at=T0 + 20, actor="controller", release_skew_ms=12
-        )
+        await jobs.start_all(session, [jobs.Start("a/one", 12)], at=T0 + 20, actor="controller")
         started = await jobs.get_job(session, "a/one")
         assert started is not None
         assert started.history[-1].details == {"release_skew_ms": 12}
@@ -138,7 +136,7 @@ async def test_shrink_gives_back_the_highest_replicas_only(session_factory: Sess
         )
         with pytest.raises(InvalidInputError, match="is Admitted with 3 replicas"):
             await jobs.shrink(session, "a/elastic", replicas=1, at=T0 + 15, actor="controller")
-        await jobs.mark_running(session, "a/elastic", at=T0 + 20, actor="controller")
+        await jobs.start_all(session, [jobs.Start("a/elastic")], at=T0 + 20, actor="controller")
         with pytest.raises(InvalidInputError, match="cannot shrink to 3"):
             await jobs.shrink(session, "a/elastic", replicas=3, at=T0 + 25, actor="controller")
         freed = await jobs.shrink(session, "a/elastic", replicas=1, at=T0 + 30, actor="controller")
@@ -154,11 +152,11 @@ async def test_shrink_gives_back_the_highest_replicas_only(session_factory: Sess
     )
 
 
-async def test_mark_running_refuses_a_queued_job(session_factory: Sessions) -> None:
+async def test_start_all_refuses_a_queued_job(session_factory: Sessions) -> None:
     await _enqueue(session_factory, job("a/one"))
     async with session_factory() as session, session.begin():
         with pytest.raises(InvalidInputError, match="only an Admitted job can start"):
-            await jobs.mark_running(session, "a/one", at=T0, actor="controller")
+            await jobs.start_all(session, [jobs.Start("a/one")], at=T0, actor="controller")
         with pytest.raises(InvalidInputError, match="no live job a/missing"):
             await jobs.finish(
                 session, "a/missing", succeeded=False, at=T0, actor="controller", reason="x"

@@ -122,7 +122,7 @@ async def test_a_deposed_leaders_lifecycle_writes_commit_nothing(
         assert await old.try_acquire()
         deposed.epoch = old.epoch
         async with deposed.transaction() as session:
-            await jobs.mark_running(session, "a/one", at=T0 + 20, actor="old")
+            await jobs.start_all(session, [jobs.Start("a/one")], at=T0 + 20, actor="old")
         await old.release()
         assert await new.try_acquire()
         writes = (

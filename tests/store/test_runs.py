@@ -140,7 +140,7 @@ async def test_the_snapshot_carries_predictions_and_checkpoints(
     # The third job waits for the gangs' predicted ends, not for their one-hour bound.
     assert [(r.job, r.start_at) for r in second.reservations] == [("ml-train/other", T0 + 800)]
     async with session_factory() as session, session.begin():
-        await jobs.mark_running(session, "ml-train/train-7", at=T0 + 10, actor="test")
+        await jobs.start_all(session, [jobs.Start("ml-train/train-7")], at=T0 + 10, actor="test")
         await checkpoints.describe(
             session,
             [
