@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import subprocess
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gangq.queue.cli import main
 from gangq.queue.cli import usage as usage_command
@@ -187,3 +190,49 @@ def test_the_db_bench_reports_its_figures(
     assert (figures["batch"], figures["single"]) == (7, 5)
     assert figures["enqueue_per_s"] > 0 and figures["enqueue_single_per_s"] > 0
     assert figures["admit_per_s"] > 0
+
+
+async def _pooled(engine: AsyncEngine, count: int) -> list[tuple[int, asyncpg.Connection]]:
+    """`count` connections checked out at once and returned: the pool holds them all then."""
+    async with contextlib.AsyncExitStack() as stack:
+        found = []
+        for _ in range(count):
+            connection = await stack.enter_async_context(engine.connect())
+            pid = await connection.scalar(text("SELECT pg_backend_pid()"))
+            raw = await connection.get_raw_connection()
+            found.append((int(pid), raw.driver_connection))
+        return found
+
+
+async def test_the_pool_replaces_connections_the_server_closed(database_url: str) -> None:
+    engine = database.create_engine(database_url, pool_size=2)
+    try:
+        pooled = await _pooled(engine, 2)
+        pids = sorted(pid for pid, _ in pooled)
+        closed = [asyncio.Event() for _ in pooled]
+        for (_, driver), event in zip(pooled, closed, strict=True):
+            driver.add_termination_listener(lambda _, event=event: event.set())
+        await _admin(database_url, f"SELECT pg_terminate_backend(pid) FROM unnest(ARRAY{pids}) pid")
+        async with asyncio.timeout(10):
+            await asyncio.gather(*(event.wait() for event in closed))
+        assert all(driver.is_closed() for _, driver in pooled)
+        async with engine.connect() as connection:
+            assert await connection.scalar(text("SELECT pg_backend_pid()")) not in pids
+    finally:
+        await engine.dispose()
+
+
+async def test_a_checkout_asks_the_server_nothing(database_url: str) -> None:
+    """Checking a live connection out of the pool costs no round trip (no pre-ping query)."""
+    engine = database.create_engine(database_url, pool_size=1)
+    try:
+        [(pid, driver)] = await _pooled(engine, 1)
+        sent: list[str] = []
+        driver.add_query_logger(lambda record: sent.append(record.query))
+        async with engine.connect() as connection:
+            assert await connection.scalar(text("SELECT pg_backend_pid()")) == pid
+        # The connection's own transaction is all it sent (its SELECT goes as a prepared
+        # statement, which the logger does not see); a pre-ping adds BEGIN, ";" and ROLLBACK.
+        assert sent == ["BEGIN;", "ROLLBACK;"]
+    finally:
+        await engine.dispose()
