@@ -20,7 +20,7 @@ from kubernetes_asyncio import client
 from gangq.queue.config import ControllerSettings
 from gangq.queue.core import device, inventory, model
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.kube import resources
+from gangq.queue.kube import resources, trainingjob
 from gangq.queue.kube.client import Kube, KubeError
 from gangq.queue.kube.objects import GANG_LABEL
 from gangq.queue.kube.resources import Resource
@@ -58,10 +58,22 @@ class Expired(Exception):
 class WatchCache:
     """The objects of one kind by `namespace/name`, kept current by list+watch."""
 
-    def __init__(self, kube: Kube, resource: Resource, *, on_change: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        resource: Resource,
+        *,
+        on_change: Callable[[], None],
+        open_if: Callable[[Mapping[str, Any]], bool] | None = None,
+    ) -> None:
         self.kube = kube
         self.resource = resource
         self.objects: dict[str, dict[str, Any]] = {}
+        self._open_if = open_if
+        self.open: dict[str, dict[str, Any]] = {}
+        """The objects `open_if` holds for, kept as events arrive (none without `open_if`)."""
+        self.uids: dict[str, str] = {}
+        """uid -> key, kept with `open` (empty without `open_if`)."""
         self.version = 0
         """Counts changes, so views built from `objects` know when to rebuild."""
         self._indexed = resource in INDEXED
@@ -101,6 +113,7 @@ class WatchCache:
     async def _relist(self) -> str:
         listed = await self.kube.list(self.resource)
         self.objects, self.by_gang, self.foreign = {}, {}, {}
+        self.open, self.uids = {}, {}
         for item in listed.get("items") or []:
             self._store(key_of(item), item)
         self.foreign_version += 1
@@ -136,6 +149,10 @@ class WatchCache:
     def _store(self, key: str, obj: dict[str, Any]) -> bool:
         """Keep `obj` under `key` (none is kept there); True when it is a foreign object."""
         self.objects[key] = obj
+        if self._open_if is not None:
+            self.uids[str((obj.get("metadata") or {}).get("uid"))] = key
+            if self._open_if(obj):
+                self.open[key] = obj
         if not self._indexed:
             return False
         if not inventory.is_gangq_object(obj):
@@ -149,6 +166,9 @@ class WatchCache:
     def _forget(self, key: str) -> bool:
         """Drop what is kept under `key`; True when that was a foreign object."""
         obj = self.objects.pop(key, None)
+        if obj is not None and self._open_if is not None:
+            self.open.pop(key, None)
+            self.uids.pop(str((obj.get("metadata") or {}).get("uid")), None)
         if obj is None or not self._indexed:
             return False
         if self.foreign.pop(key, None) is not None:
@@ -172,6 +192,10 @@ class ClusterCache:
         self.synced = asyncio.Event()
         self.version = 0
         self.caches = {r.plural: WatchCache(self.kube, r, on_change=self._touch) for r in WATCHED}
+        jobs = resources.TRAINING_JOBS
+        self.caches[jobs.plural] = WatchCache(
+            self.kube, jobs, on_change=self._touch, open_if=trainingjob.is_open
+        )
         self._inventory: model.Inventory | None = None
         self._parts: dict[str, tuple[tuple[int, ...], Any]] = {}
 
@@ -205,6 +229,18 @@ class ClusterCache:
 
     def get(self, resource: Resource, key: str) -> dict[str, Any] | None:
         return self.caches[resource.plural].objects.get(key)
+
+    def open_jobs(self) -> dict[str, dict[str, Any]]:
+        """The TrainingJobs a step still has work for (`trainingjob.is_open`), live as
+        `objects` is. Finished jobs kept for their history are left out: every step walks
+        the TrainingJobs several times, and those walks must not grow with the history."""
+        return self.caches[resources.TRAINING_JOBS.plural].open
+
+    def job(self, uid: str) -> dict[str, Any] | None:
+        """The TrainingJob of that uid, if the cache holds it."""
+        cache = self.caches[resources.TRAINING_JOBS.plural]
+        key = cache.uids.get(uid)
+        return None if key is None else cache.objects.get(key)
 
     def tenant_of(self, namespace: str) -> str | None:
         found = self.get(resources.NAMESPACES, namespace) or {}

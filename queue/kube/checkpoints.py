@@ -17,7 +17,7 @@ from typing import Any
 
 from gangq.queue.core import prediction
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.kube import cache, resources
+from gangq.queue.kube import cache
 from gangq.queue.kube.actuator import Actuator
 from gangq.queue.store import checkpoints, leader
 
@@ -100,8 +100,9 @@ class Checkpoints:
         """Store the facts of every queued job (`queued`: uids with a store row) that changed."""
         now = self.clock()
         changed: list[tuple[str, checkpoints.Reported]] = []
-        # a copy: the watches change the cache while a warning is written
-        present = list(self.view.objects(resources.TRAINING_JOBS).values())
+        # a copy: the watches change the cache while a warning is written (a job shown
+        # finished has no run left for its facts to matter to)
+        present = list(self.view.open_jobs().values())
         if len(self.seen) > len(present):
             self._forget({str((job.get("metadata") or {}).get("uid")) for job in present})
         for job in present:
@@ -129,7 +130,7 @@ class Checkpoints:
                 self.seen[facts.uid], self.stored[facts.uid] = version, facts
 
     def _forget(self, keep: set[str]) -> None:
-        """Drop what is remembered of deleted jobs."""
+        """Drop what is remembered of jobs deleted or finished."""
         for memory in (self.seen, self.stored, self.warned):
             for uid in set(memory) - keep:
                 del memory[uid]

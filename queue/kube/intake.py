@@ -22,23 +22,12 @@ from gangq.queue.config import ControllerSettings
 from gangq.queue.core import feasibility, model
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.kube import cache, resources, status, trainingjob
+from gangq.queue.kube import cache, status, trainingjob
 from gangq.queue.kube.actuator import Actuator
 from gangq.queue.store import jobs, leader, refusals
 from gangq.queue.store.errors import ConflictError
 
 logger = logging.getLogger(__name__)
-INVALID_SPEC = "InvalidSpec"
-"""Reason of the Admissible condition, and of the Event, of a job refused for its spec."""
-
-
-def shows_invalid(job: Mapping[str, Any]) -> bool:
-    """The TrainingJob's status says it failed for its spec."""
-    shown = job.get("status") or {}
-    return shown.get("phase") == "Failed" and any(
-        c.get("type") == "Admissible" and c.get("reason") == INVALID_SPEC
-        for c in shown.get("conditions") or []
-    )
 
 
 def _observed(job: Mapping[str, Any]) -> object:
@@ -102,15 +91,14 @@ class Intake:
         """
         self.changed = set()
         fresh: list[tuple[dict[str, Any], model.PendingJob]] = []
-        present: set[str] = set()
-        # a copy: the watches change the cache while a refusal is written
-        for job in list(self.view.objects(resources.TRAINING_JOBS).values()):
+        # a copy: the watches change the cache while a refusal is written (a job shown
+        # finished is never new, and one refused for its spec stays open until it is fixed)
+        for job in list(self.view.open_jobs().values()):
             meta = job.get("metadata") or {}
             uid = str(meta.get("uid") or "")
-            present.add(uid)
             if meta.get("deletionTimestamp"):
                 continue
-            refused = shows_invalid(job)
+            refused = trainingjob.shows_invalid(job)
             if uid in self.known and not refused:
                 continue
             tenant = self.view.tenant_of(str(meta.get("namespace")))
@@ -128,7 +116,7 @@ class Intake:
             if refused:
                 self.judged[uid] = seen
             fresh.append((job, verdict))
-        self.judged = {uid: seen for uid, seen in self.judged.items() if uid in present}
+        self.judged = {uid: seen for uid, seen in self.judged.items() if self.view.job(uid)}
         # No finalizer: what a TrainingJob owns goes with it (owner references), and a job
         # gone from the cache is finished in the store by the reconciler's sweep.
         ready = [pending for _, pending in fresh]
@@ -160,7 +148,9 @@ class Intake:
             self.changed.add(uid)
             self.problems.pop(uid, None)
             logger.info("job %s refused: %s", trainingjob.key_of(job), message)
-            await self.actuator.event(job, INVALID_SPEC, f"invalid: {message}", warning=True)
+            await self.actuator.event(
+                job, trainingjob.INVALID_SPEC, f"invalid: {message}", warning=True
+            )
 
     async def _enqueue(self, batch: list[model.PendingJob]) -> None:
         async with self.writes.transaction() as session:

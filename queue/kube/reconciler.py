@@ -183,7 +183,7 @@ class Reconciler:
         """Live store records, and finished ones whose end their TrainingJob does not show."""
         unshown = [
             str((job.get("metadata") or {}).get("uid"))
-            for job in self.view.objects(resources.TRAINING_JOBS).values()
+            for job in self.view.open_jobs().values()
             if (job.get("status") or {}).get("phase") not in scale.FINISHED
         ] + sorted(self.intake.changed)
         async with self.sessions() as session:
@@ -262,11 +262,9 @@ class Reconciler:
                 continue
             busy.add(scale.job_uid(uid))
             await self.actuator.teardown(namespace="", gang=None, pods=running, claims=left)
-        present: set[str] = set()
-        for job in list(self.view.objects(resources.TRAINING_JOBS).values()):
+        for job in list(self.view.open_jobs().values()):
             meta = job.get("metadata") or {}
             uid = str(meta.get("uid"))
-            present.add(uid)
             if not meta.get("deletionTimestamp"):
                 await self._expire(job)
                 continue
@@ -284,7 +282,9 @@ class Reconciler:
         gone = [
             r
             for r in records.values()
-            if r.phase == "Queued" and scale.job_uid(r.uid) not in present | busy
+            if r.phase == "Queued"
+            and scale.job_uid(r.uid) not in busy
+            and self.view.job(scale.job_uid(r.uid)) is None
         ]
         await self._finish(gone, reason="TrainingJob deleted")
 
@@ -335,7 +335,7 @@ class Reconciler:
         self.gangs.shrinking = {}
         serving = [
             job
-            for job in list(self.view.objects(resources.TRAINING_JOBS).values())
+            for job in list(self.view.open_jobs().values())
             if (job.get("status") or {}).get("phase") == "Running"
             and not (job.get("metadata") or {}).get("deletionTimestamp")
             and self._long_running(str((job.get("spec") or {}).get("tier")))
@@ -406,7 +406,7 @@ class Reconciler:
         moved: list[tuple[float, str, dict[str, Any], dict[str, Any], _Shown]] = []
         clock = self.clock()
         self.reason_due = None
-        for job in list(self.view.objects(resources.TRAINING_JOBS).values()):
+        for job in self._showable(fresh, records):
             meta = job.get("metadata") or {}
             uid = str(meta.get("uid"))
             record = fresh.get(uid) or records.get(uid)
@@ -461,6 +461,18 @@ class Reconciler:
             updates.append((job, body))
         self.shown = shown
         await self._write_statuses(updates)
+
+    def _showable(self, *records: Mapping[str, jobs.JobRecord]) -> list[dict[str, Any]]:
+        """The open TrainingJobs, and any other one the store has a record of: its status
+        may show an end that the store has taken back."""
+        found = {
+            str((job.get("metadata") or {}).get("uid")): job
+            for job in self.view.open_jobs().values()
+        }
+        for uid in {uid for read in records for uid in read}:
+            if uid not in found and (job := self.view.job(uid)) is not None:
+                found[uid] = job
+        return list(found.values())
 
     @staticmethod
     def _differs(current: Mapping[str, Any], wanted: Mapping[str, Any], *, now: float) -> bool:

@@ -7,6 +7,7 @@ quota, device class, selectors, size) is the decision core's judgement, not this
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -15,10 +16,36 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gangq.queue.core import inventory, model, quantity
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import validation
+from gangq.queue.store.models import FINISHED_PHASES
 
 FINALIZER = "gangq.dev/teardown"
 """Kept on a TrainingJob until its pods and claims are gone and its devices released."""
 DEFAULT_DEVICE_CLASS = "gpu.nvidia.com"
+INVALID_SPEC = "InvalidSpec"
+"""Reason of the Admissible condition, and of the Event, of a job refused for its spec."""
+
+
+def shows_invalid(job: Mapping[str, Any]) -> bool:
+    """The TrainingJob's status says it failed for its spec."""
+    shown = job.get("status") or {}
+    return shown.get("phase") == "Failed" and any(
+        c.get("type") == "Admissible" and c.get("reason") == INVALID_SPEC
+        for c in shown.get("conditions") or []
+    )
+
+
+def is_open(job: Mapping[str, Any]) -> bool:
+    """Whether a leader step still has anything to do with the job: its status does not show
+    an end yet, it is being deleted, it was refused for its spec (a fix queues it again) or it
+    expires (`ttlSecondsAfterFinished`). The others are finished jobs kept for their history,
+    which grow without bound and which no step needs to look at."""
+    shown = job.get("status") or {}
+    return (
+        shown.get("phase") not in FINISHED_PHASES
+        or bool((job.get("metadata") or {}).get("deletionTimestamp"))
+        or isinstance((job.get("spec") or {}).get("ttlSecondsAfterFinished"), int)
+        or shows_invalid(job)
+    )
 
 
 class Constraint(BaseModel):

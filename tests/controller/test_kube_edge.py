@@ -173,6 +173,76 @@ async def test_the_gang_and_foreign_indexes_follow_every_event_and_relist(
             await task
 
 
+INVALID = {"type": "Admissible", "status": "False", "reason": trainingjob.INVALID_SPEC}
+
+
+@pytest.mark.parametrize(
+    ("status", "extra", "is_open"),
+    [
+        ({}, {}, True),
+        ({"phase": "Queued"}, {}, True),
+        ({"phase": "Running"}, {}, True),
+        ({"phase": "Succeeded"}, {}, False),
+        ({"phase": "Failed"}, {}, False),
+        ({"phase": "Failed", "conditions": [INVALID]}, {}, True),
+        ({"phase": "Succeeded"}, {"spec": {"ttlSecondsAfterFinished": 60}}, True),
+        ({"phase": "Succeeded"}, {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}, True),
+    ],
+)
+def test_a_job_is_open_until_its_end_is_shown_and_nothing_is_left_to_do(
+    status: dict[str, object], extra: dict[str, dict[str, object]], is_open: bool
+) -> None:
+    job: dict[str, object] = {"metadata": {"uid": "u"}, "spec": {}, "status": status, **extra}
+    assert trainingjob.is_open(job) is is_open
+
+
+async def test_the_open_job_index_follows_every_event_and_relist(
+    cluster: Emulator, kube: Kube
+) -> None:
+    """The step walks only open TrainingJobs: the index must equal a scan after every event."""
+    jobs = resources.TRAINING_JOBS
+    watched = cache.WatchCache(kube, jobs, on_change=lambda: None, open_if=trainingjob.is_open)
+    task = asyncio.create_task(watched.run())
+
+    def scanned() -> tuple[set[str], dict[str, str]]:
+        found = {k for k, job in watched.objects.items() if trainingjob.is_open(job)}
+        uids = {str(job["metadata"]["uid"]): k for k, job in watched.objects.items()}
+        return found, uids
+
+    async def show(name: str, status: dict[str, object]) -> None:
+        await kube.patch(jobs, "default", name, {"status": status}, subresource="status")
+
+    try:
+        await asyncio.wait_for(watched.synced.wait(), timeout=5)
+        for name in ("done", "refused", "kept"):
+            await kube.create(jobs, "default", training_job(name, namespace="default", replicas=1))
+        await wait_for(lambda: len(watched.open) == 3)
+        await show("done", {"phase": "Succeeded"})
+        await show("refused", {"phase": "Failed", "conditions": [INVALID]})
+        await show("kept", {"phase": "Failed"})
+        await wait_for(lambda: set(watched.open) == {"default/refused"})
+        assert (set(watched.open), watched.uids) == scanned()
+        ttl = {"spec": {"ttlSecondsAfterFinished": 3600}}
+        await kube.patch(jobs, "default", "done", ttl)
+        await kube.delete(jobs, "default", "kept")
+        await wait_for(lambda: "default/kept" not in watched.objects)
+        assert set(watched.open) == {"default/refused", "default/done"}
+        assert (set(watched.open), watched.uids) == scanned() and len(watched.uids) == 2
+        # Past the emulator's history of 8 events while no watch is open: only a relist helps.
+        cluster.drop_watches()
+        kind = cluster.registry.resolve(jobs.group, jobs.version, jobs.plural)
+        assert kind is not None
+        for index in range(10):
+            new = training_job(f"new-{index}", namespace="default", replicas=1)
+            cluster.registry.create(kind, "default", new)
+        await wait_for(lambda: watched.relists == 2 and "default/new-9" in watched.open)
+        assert (set(watched.open), watched.uids) == scanned() and len(watched.open) == 12
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 @pytest.mark.parametrize("piece", [1, 7, 64, 10_000])
 async def test_stream_lines_are_whole_whatever_pieces_they_arrive_in(piece: int) -> None:
     loop = asyncio.get_running_loop()
