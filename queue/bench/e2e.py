@@ -31,6 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="submit this many jobs per second (0: as fast as --concurrency allows); a rate "
         "the cluster keeps up with measures latency without a backlog",
     )
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        help="TrainingJobs that already show their end, created before the controller starts, "
+        "as a cluster keeps them after days of work",
+    )
     parser.add_argument("--cycle-interval", type=float, default=0.1, help="controller cycle (s)")
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after (s)")
     parser.add_argument("--seed", type=int, default=1, help="random seed of the job mix")
@@ -66,8 +73,8 @@ def _stderr(text: str) -> None:
 def _check(args: argparse.Namespace) -> None:
     if args.jobs < 1 or args.tenants < 1 or args.nodes < 1 or args.concurrency < 1:
         raise InvalidInputError("--jobs, --tenants, --nodes and --concurrency must be at least 1")
-    if args.rate < 0:
-        raise InvalidInputError("--rate must be at least 0")
+    if args.rate < 0 or args.history < 0:
+        raise InvalidInputError("--rate and --history must be at least 0")
     if args.run_seconds < 0 or args.cycle_interval <= 0 or args.timeout <= 0:
         raise InvalidInputError(
             "--run-seconds must be at least 0, --cycle-interval and --timeout positive"

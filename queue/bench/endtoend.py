@@ -22,6 +22,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from sqlalchemy import text
 
 from gangq.queue.bench import (
     controller_process,
@@ -35,7 +36,10 @@ from gangq.queue.bench import writes as api_writes
 from gangq.queue.core import model
 from gangq.queue.core.errors import GangqError
 from gangq.queue.demo import player, runner, stack, watcher
+from gangq.queue.kube import resources, trainingjob
+from gangq.queue.kube.client import Kube
 from gangq.queue.store import database, schema, tenants
+from gangq.queue.store import jobs as store_jobs
 
 PROGRESS_SECONDS = 2.0
 STOP_SECONDS = 10.0
@@ -49,6 +53,10 @@ READY_TIMEOUT_SECONDS = 120.0
 SETTLE_SECONDS = 0.5
 """After the last job shows its end: the controller's last writes of that step land."""
 ENDED = ("Succeeded", "Failed")
+ENDED_HISTORY = text(
+    "UPDATE jobs SET phase = 'Succeeded', finished_at = now(), queue_position = NULL "
+    "WHERE uid = ANY(:uids)"
+)
 
 
 async def measure(
@@ -76,6 +84,7 @@ async def measure(
         )
         api_client = await exits.enter_async_context(client.ApiClient(served.configuration))
         await _create_namespaces(api_client, args.tenants)
+        await _keep_history(api_client, engine, args.history, tenants=args.tenants, seed=args.seed)
         await _watch(exits, api_client, observed, ended)
         startup_cpu_s, cpu = await _start_controller(exits, args, served=served, url=url)
         before = await api_writes.read(served.configuration)
@@ -89,6 +98,7 @@ async def measure(
         cpu_s = await cpu() - startup_cpu_s
         figures["controller_cpu_ms_per_job"] = round(cpu_s * 1000 / max(observed.done, 1), 2)
         figures["controller_startup_cpu_s"] = round(startup_cpu_s, 2)
+        figures["history_jobs"] = args.history
         echo(f"saturating the emulator for {SATURATION_SECONDS:g}s")
         cpu_before = saturation.cpu_seconds(served.pid)
         load = await saturation.saturate(
@@ -189,6 +199,41 @@ async def _create_namespaces(api_client: client.ApiClient, count: int) -> None:
         await core.create_namespace(body)
 
 
+async def _keep_history(
+    api_client: client.ApiClient, engine: Any, count: int, *, tenants: int, seed: int
+) -> None:
+    """`count` TrainingJobs that ended before the controller started, in the cluster (status
+    Succeeded, no `ttlSecondsAfterFinished`) and in the store: what a cluster keeps of earlier
+    work, which no step of the controller may pay for."""
+    kube = Kube(api_client)
+    shown = {"status": {"phase": "Succeeded", "finishedAt": "2026-01-01T00:00:00Z"}}
+
+    async def keep(job: workload.Job, tenant: str) -> model.PendingJob:
+        document = workload.document(job, run_seconds=0)
+        created = await kube.request(
+            "POST", resources.TRAINING_JOBS.path(job.namespace), body=document
+        )
+        await kube.patch(
+            resources.TRAINING_JOBS, job.namespace, job.name, shown, subresource="status"
+        )
+        return trainingjob.pending_job(created, tenant=tenant)
+
+    try:
+        kept = workload.jobs(count, tenants=tenants, seed=seed, prefix="done")
+        # workload.jobs spreads jobs round-robin over the tenants
+        pending = await asyncio.gather(
+            *(keep(job, workload.tenant_name(i % tenants)) for i, job in enumerate(kept))
+        )
+    finally:
+        await kube.close()
+    if not pending:
+        return
+    sessions = database.session_factory(engine)
+    async with sessions() as session, session.begin():
+        await store_jobs.enqueue(session, pending, actor="bench", now=time.time())
+        await session.execute(ENDED_HISTORY, {"uids": [job.uid for job in pending]})
+
+
 async def _watch(
     exits: contextlib.AsyncExitStack,
     api_client: client.ApiClient,
@@ -203,8 +248,9 @@ async def _watch(
             return
         meta = obj.get("metadata") or {}
         phase = (obj.get("status") or {}).get("phase")
-        if phase in ENDED:
-            ended[f"{meta.get('namespace')}/{meta.get('name')}"] = str(phase)
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        if phase in ENDED and key in observed.records:
+            ended[key] = str(phase)
 
     core = client.CoreV1Api(api_client)
     custom = client.CustomObjectsApi(api_client)

@@ -53,12 +53,12 @@ def tenant_name(tenant: int) -> str:
     return f"team-{tenant:02d}"
 
 
-def jobs(count: int, *, tenants: int, seed: int) -> list[Job]:
+def jobs(count: int, *, tenants: int, seed: int, prefix: str = "job") -> list[Job]:
     """`count` jobs spread round-robin over the tenants, sizes drawn by weight."""
     draw = random.Random(seed)
     sizes = draw.choices(SIZES, weights=[size.weight for size in SIZES], k=count)
     return [
-        Job(namespace(index % tenants), f"job-{index:05d}", size)
+        Job(namespace(index % tenants), f"{prefix}-{index:05d}", size)
         for index, size in enumerate(sizes)
     ]
 

@@ -14,7 +14,10 @@ from gangq.queue.bench import releases, writes
 from gangq.queue.cli import main
 
 RUN_CLI = "from gangq.queue.cli import main; main()"
-SMALL_RUN = ("--jobs", "40", "--nodes", "16", "--tenants", "5", "--timeout", "60", "--rate", "20")
+SMALL_RUN = (
+    *("--jobs", "40", "--nodes", "16", "--tenants", "5", "--timeout", "60", "--rate", "20"),
+    *("--history", "30"),
+)
 KEYS = {
     "jobs",
     "released",
@@ -27,6 +30,7 @@ KEYS = {
     "api_writes_per_job_total",
     "controller_cpu_ms_per_job",
     "controller_startup_cpu_s",
+    "history_jobs",
     "emulator_writes_per_s",
     "client_request_cpu_us",
     "controller_cpu_requests_per_job",
@@ -35,8 +39,8 @@ KEYS = {
 
 @pytest.mark.parametrize(
     "arguments",
-    [["--jobs", "0"], ["--timeout", "-1"], ["--nodes", "0"], ["--rate", "-2"]],
-    ids=["no-jobs", "negative-timeout", "no-nodes", "negative-rate"],
+    [["--jobs", "0"], ["--timeout", "-1"], ["--nodes", "0"], ["--rate", "-2"], ["--history", "-1"]],
+    ids=["no-jobs", "negative-timeout", "no-nodes", "negative-rate", "negative-history"],
 )
 def test_bad_arguments_are_refused_before_anything_starts(
     capsys: pytest.CaptureFixture[str], arguments: list[str]
@@ -105,6 +109,7 @@ def test_a_small_run_releases_every_job(server_url: str) -> None:
     figures = json.loads(result.stdout)
     assert set(figures) >= KEYS
     assert figures["jobs"] == figures["released"] == 40
+    assert figures["history_jobs"] == 30, "kept jobs that ended before are not counted"
     assert figures["duration_s"] > 0 and figures["jobs_per_s"] > 0
     assert figures["api_writes_per_job"]["POST pods"] >= 1
     assert figures["api_writes_per_job_total"] == pytest.approx(
