@@ -51,3 +51,25 @@ async def test_a_burst_is_queued_at_once_and_a_name_conflict_stays_with_its_job(
         "previous-run-of-dup",
         "Suspended",
     )
+
+
+async def test_a_job_restored_with_its_end_shown_is_not_run_again(harness: Harness) -> None:
+    """A TrainingJob whose status already shows it succeeded (restored from a backup, or kept
+    while the store was replaced) is history: it is neither queued nor given pods."""
+    restored = training_job("restored", replicas=1, devices=1)
+    await harness.kube.create(resources.TRAINING_JOBS, "ml-train", restored)
+    ended = {"status": {"phase": "Succeeded", "reason": "all 1 replicas succeeded"}}
+    await harness.kube.patch(
+        resources.TRAINING_JOBS, "ml-train", "restored", ended, subresource="status"
+    )
+    await harness.kube.create(
+        resources.TRAINING_JOBS, "ml-train", training_job("fresh", replicas=1, devices=1)
+    )
+    harness.start()
+    await wait_for(lambda: harness.phase("fresh") == "Succeeded", within_s=30)
+    async with database.session_factory(harness.engine)() as session:
+        listed = await jobs.list_jobs(session)
+    assert {str(record.key) for record in listed.items} == {"ml-train/fresh"}
+    pods = harness.objects(resources.PODS, "ml-train")
+    assert [p["metadata"]["name"] for p in pods] == ["fresh-0"]
+    assert harness.phase("restored") == "Succeeded"
