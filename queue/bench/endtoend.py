@@ -33,11 +33,12 @@ from gangq.queue.bench import (
     workload,
 )
 from gangq.queue.bench import writes as api_writes
-from gangq.queue.core import model
+from gangq.queue.core import inventory, model
 from gangq.queue.core.errors import GangqError
 from gangq.queue.demo import player, runner, stack, watcher
-from gangq.queue.kube import resources, trainingjob
+from gangq.queue.kube import objects, resources, trainingjob
 from gangq.queue.kube.client import Kube
+from gangq.queue.kubesim import kubelet
 from gangq.queue.store import database, schema, tenants
 from gangq.queue.store import jobs as store_jobs
 
@@ -53,6 +54,7 @@ READY_TIMEOUT_SECONDS = 120.0
 SETTLE_SECONDS = 0.5
 """After the last job shows its end: the controller's last writes of that step land."""
 ENDED = ("Succeeded", "Failed")
+HISTORY_PREFIX = "done"
 ENDED_HISTORY = text(
     "UPDATE jobs SET phase = 'Succeeded', finished_at = now(), queue_position = NULL "
     "WHERE uid = ANY(:uids)"
@@ -203,8 +205,9 @@ async def _keep_history(
     api_client: client.ApiClient, engine: Any, count: int, *, tenants: int, seed: int
 ) -> None:
     """`count` TrainingJobs that ended before the controller started, in the cluster (status
-    Succeeded, no `ttlSecondsAfterFinished`) and in the store: what a cluster keeps of earlier
-    work, which no step of the controller may pay for."""
+    Succeeded, no `ttlSecondsAfterFinished`, the terminated pods of their last attempt kept
+    for their logs) and in the store: what a cluster keeps of earlier work, which no step of
+    the controller may pay for."""
     kube = Kube(api_client)
     shown = {"status": {"phase": "Succeeded", "finishedAt": "2026-01-01T00:00:00Z"}}
 
@@ -216,14 +219,18 @@ async def _keep_history(
         await kube.patch(
             resources.TRAINING_JOBS, job.namespace, job.name, shown, subresource="status"
         )
+        for replica in range(job.size.replicas):
+            pod = _kept_pod(job, replica, uid=str(created["metadata"]["uid"]))
+            await kube.create(resources.PODS, job.namespace, pod)
         return trainingjob.pending_job(created, tenant=tenant)
 
     try:
-        kept = workload.jobs(count, tenants=tenants, seed=seed, prefix="done")
+        kept = workload.jobs(count, tenants=tenants, seed=seed, prefix=HISTORY_PREFIX)
         # workload.jobs spreads jobs round-robin over the tenants
         pending = await asyncio.gather(
             *(keep(job, workload.tenant_name(i % tenants)) for i, job in enumerate(kept))
         )
+        await _until_ended(kube, pods=sum(job.size.replicas for job in kept))
     finally:
         await kube.close()
     if not pending:
@@ -232,6 +239,41 @@ async def _keep_history(
     async with sessions() as session, session.begin():
         await store_jobs.enqueue(session, pending, actor="bench", now=time.time())
         await session.execute(ENDED_HISTORY, {"uids": [job.uid for job in pending]})
+
+
+def _kept_pod(job: workload.Job, replica: int, *, uid: str) -> dict[str, Any]:
+    """A pod of gangq's that runs for no time: it ends Succeeded and stays, as a kept pod."""
+    labels = {inventory.JOB_NAME_LABEL: job.name, objects.GANG_LABEL: uid}
+    return {
+        "metadata": {
+            "name": f"{job.name}-{replica}",
+            "labels": labels,
+            "annotations": {kubelet.RUN_SECONDS: "0"},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "work", "image": "busybox:1.36"}],
+        },
+    }
+
+
+async def _until_ended(kube: Kube, *, pods: int) -> None:
+    """Wait until the kept pods have ended: a pod still running when the controller starts
+    belongs to no gang it holds, and would be swept as a leftover of a crash."""
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while True:
+        listed = (await kube.list(resources.PODS)).get("items") or []
+        ended = sum(
+            1
+            for pod in listed
+            if str(pod["metadata"]["name"]).startswith(HISTORY_PREFIX)
+            and (pod.get("status") or {}).get("phase") == "Succeeded"
+        )
+        if ended >= pods:
+            return
+        if time.monotonic() > deadline:
+            raise GangqError(f"only {ended} of {pods} kept pods ended")
+        await asyncio.sleep(PROGRESS_SECONDS / 4)
 
 
 async def _watch(

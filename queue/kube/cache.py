@@ -20,7 +20,7 @@ from kubernetes_asyncio import client
 from gangq.queue.config import ControllerSettings
 from gangq.queue.core import device, inventory, model
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.kube import resources, trainingjob
+from gangq.queue.kube import lifecycle, resources, trainingjob
 from gangq.queue.kube.client import Kube, KubeError
 from gangq.queue.kube.objects import GANG_LABEL
 from gangq.queue.kube.resources import Resource
@@ -65,6 +65,7 @@ class WatchCache:
         *,
         on_change: Callable[[], None],
         open_if: Callable[[Mapping[str, Any]], bool] | None = None,
+        by_uid: bool = False,
     ) -> None:
         self.kube = kube
         self.resource = resource
@@ -72,8 +73,9 @@ class WatchCache:
         self._open_if = open_if
         self.open: dict[str, dict[str, Any]] = {}
         """The objects `open_if` holds for, kept as events arrive (none without `open_if`)."""
+        self._by_uid = by_uid
         self.uids: dict[str, str] = {}
-        """uid -> key, kept with `open` (empty without `open_if`)."""
+        """uid -> key (empty unless `by_uid`)."""
         self.version = 0
         """Counts changes, so views built from `objects` know when to rebuild."""
         self._indexed = resource in INDEXED
@@ -149,10 +151,10 @@ class WatchCache:
     def _store(self, key: str, obj: dict[str, Any]) -> bool:
         """Keep `obj` under `key` (none is kept there); True when it is a foreign object."""
         self.objects[key] = obj
-        if self._open_if is not None:
+        if self._by_uid:
             self.uids[str((obj.get("metadata") or {}).get("uid"))] = key
-            if self._open_if(obj):
-                self.open[key] = obj
+        if self._open_if is not None and self._open_if(obj):
+            self.open[key] = obj
         if not self._indexed:
             return False
         if not inventory.is_gangq_object(obj):
@@ -166,9 +168,10 @@ class WatchCache:
     def _forget(self, key: str) -> bool:
         """Drop what is kept under `key`; True when that was a foreign object."""
         obj = self.objects.pop(key, None)
-        if obj is not None and self._open_if is not None:
+        if obj is not None:
             self.open.pop(key, None)
-            self.uids.pop(str((obj.get("metadata") or {}).get("uid")), None)
+            if self._by_uid:
+                self.uids.pop(str((obj.get("metadata") or {}).get("uid")), None)
         if obj is None or not self._indexed:
             return False
         if self.foreign.pop(key, None) is not None:
@@ -192,9 +195,13 @@ class ClusterCache:
         self.synced = asyncio.Event()
         self.version = 0
         self.caches = {r.plural: WatchCache(self.kube, r, on_change=self._touch) for r in WATCHED}
-        jobs = resources.TRAINING_JOBS
+        # What each step walks, kept apart from what ended (see `open_jobs`, `running_gangs`).
+        jobs, pods = resources.TRAINING_JOBS, resources.PODS
         self.caches[jobs.plural] = WatchCache(
-            self.kube, jobs, on_change=self._touch, open_if=trainingjob.is_open
+            self.kube, jobs, on_change=self._touch, open_if=trainingjob.is_open, by_uid=True
+        )
+        self.caches[pods.plural] = WatchCache(
+            self.kube, pods, on_change=self._touch, open_if=_is_running
         )
         self._inventory: model.Inventory | None = None
         self._parts: dict[str, tuple[tuple[int, ...], Any]] = {}
@@ -235,6 +242,15 @@ class ClusterCache:
         `objects` is. Finished jobs kept for their history are left out: every step walks
         the TrainingJobs several times, and those walks must not grow with the history."""
         return self.caches[resources.TRAINING_JOBS.plural].open
+
+    def running_gangs(self) -> set[str]:
+        """The gangs with a pod of gangq's that has not terminated. The pods of ended gangs
+        stay for their logs, as many as the history holds; a step must not walk them."""
+        return {
+            gang
+            for pod in self.caches[resources.PODS.plural].open.values()
+            if inventory.is_gangq_object(pod) and (gang := _gang_of(pod))
+        }
 
     def job(self, uid: str) -> dict[str, Any] | None:
         """The TrainingJob of that uid, if the cache holds it."""
@@ -354,6 +370,10 @@ class ClusterCache:
         for published in _parsed(self._current_slices(), device.devices_from_slice):
             found.update((d.id, d) for d in published)
         return found
+
+
+def _is_running(pod: Mapping[str, Any]) -> bool:
+    return not lifecycle.is_terminated(pod)
 
 
 def _gang_of(obj: Mapping[str, Any]) -> str | None:

@@ -255,7 +255,7 @@ class Reconciler:
         busy = {h.gang.job_uid for h in held}
         pods = self.view.by_gang(resources.PODS)
         claims = self.view.by_gang(resources.RESOURCE_CLAIMS)
-        for uid in (set(pods) | set(claims)) - holding:
+        for uid in (self.view.running_gangs() | set(claims)) - holding:
             running = [p for p in pods.get(uid, {}).values() if not lifecycle.is_terminated(p)]
             left = list(claims.get(uid, {}).values())
             if not running and not left:

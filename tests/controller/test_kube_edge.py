@@ -201,7 +201,9 @@ async def test_the_open_job_index_follows_every_event_and_relist(
 ) -> None:
     """The step walks only open TrainingJobs: the index must equal a scan after every event."""
     jobs = resources.TRAINING_JOBS
-    watched = cache.WatchCache(kube, jobs, on_change=lambda: None, open_if=trainingjob.is_open)
+    watched = cache.WatchCache(
+        kube, jobs, on_change=lambda: None, open_if=trainingjob.is_open, by_uid=True
+    )
     task = asyncio.create_task(watched.run())
 
     def scanned() -> tuple[set[str], dict[str, str]]:
@@ -321,6 +323,38 @@ async def test_cluster_cache_gives_an_inventory_only_once_synced(cluster: Emulat
     assert found is not None
     assert len(found.devices) == 16 and set(found.nodes) == {"gpu-0", "gpu-1"}
     assert found.topology_keys == ("gangq.dev/rack",)
+
+
+async def test_running_gangs_leave_out_the_pods_kept_after_their_end(
+    cluster: Emulator, kube: Kube
+) -> None:
+    """The sweep walks the gangs with a pod still running, not every kept pod's gang."""
+    view = cache.ClusterCache(kube.api_client, settings=settings())
+    stop = asyncio.Event()
+    task = asyncio.create_task(view.run(stop))
+    mine = {inventory.JOB_NAME_LABEL: "train"}
+
+    async def end(name: str, phase: str) -> None:
+        ended = {"status": {"phase": phase}}
+        await kube.patch(resources.PODS, "default", name, ended, subresource="status")
+
+    try:
+        await asyncio.wait_for(view.synced.wait(), timeout=5)
+        for gang in ("a", "b", "c"):
+            labels = {**mine, objects.GANG_LABEL: gang}
+            await kube.create(resources.PODS, "default", _pod(f"{gang}-0", **labels))
+        foreign = _pod("other", **{objects.GANG_LABEL: "d"})
+        await kube.create(resources.PODS, "default", foreign)
+        await wait_for(lambda: view.running_gangs() == {"a", "b", "c"})
+        await end("b-0", "Succeeded")
+        await end("c-0", "Failed")
+        await wait_for(lambda: view.running_gangs() == {"a"})
+        await kube.delete(resources.PODS, "default", "a-0", grace_s=0)
+        await wait_for(lambda: not view.running_gangs())
+        assert set(view.by_gang(resources.PODS)) == {"b", "c"}, "kept pods stay indexed"
+    finally:
+        stop.set()
+        await task
 
 
 async def test_the_inventory_rebuilds_only_the_parts_whose_kind_changed(
