@@ -17,7 +17,7 @@ import aiohttp
 
 from gangq.queue.bench.soak_jobs import Submitted
 from gangq.queue.core import inventory
-from gangq.queue.kube import objects
+from gangq.queue.kube import objects, trainingjob
 from gangq.queue.kubesim import kinds
 from gangq.queue.kubesim.storage import Storage
 
@@ -255,5 +255,6 @@ def _is_invalid(job_status: Mapping[str, Any]) -> bool:
     if job_status.get("phase") == "Failed":
         return True
     return any(
-        condition.get("reason") == "InvalidSpec" for condition in job_status.get("conditions") or []
+        condition.get("reason") == trainingjob.INVALID_SPEC
+        for condition in job_status.get("conditions") or []
     )

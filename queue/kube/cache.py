@@ -201,7 +201,7 @@ class ClusterCache:
             self.kube, jobs, on_change=self._touch, open_if=trainingjob.is_open, by_uid=True
         )
         self.caches[pods.plural] = WatchCache(
-            self.kube, pods, on_change=self._touch, open_if=_is_running
+            self.kube, pods, on_change=self._touch, open_if=_is_running_for_gangq
         )
         self._inventory: model.Inventory | None = None
         self._parts: dict[str, tuple[tuple[int, ...], Any]] = {}
@@ -246,11 +246,8 @@ class ClusterCache:
     def running_gangs(self) -> set[str]:
         """The gangs with a pod of gangq's that has not terminated. The pods of ended gangs
         stay for their logs, as many as the history holds; a step must not walk them."""
-        return {
-            gang
-            for pod in self.caches[resources.PODS.plural].open.values()
-            if inventory.is_gangq_object(pod) and (gang := _gang_of(pod))
-        }
+        running = self.caches[resources.PODS.plural].open.values()
+        return {gang for pod in running if (gang := _gang_of(pod))}
 
     def job(self, uid: str) -> dict[str, Any] | None:
         """The TrainingJob of that uid, if the cache holds it."""
@@ -372,8 +369,9 @@ class ClusterCache:
         return found
 
 
-def _is_running(pod: Mapping[str, Any]) -> bool:
-    return not lifecycle.is_terminated(pod)
+def _is_running_for_gangq(pod: Mapping[str, Any]) -> bool:
+    """Judged once per event: other components' pods, running or not, never reach a step."""
+    return inventory.is_gangq_object(pod) and not lifecycle.is_terminated(pod)
 
 
 def _gang_of(obj: Mapping[str, Any]) -> str | None:

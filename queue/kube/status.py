@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gangq.queue.core import model
-from gangq.queue.kube import objects
+from gangq.queue.kube import objects, trainingjob
 from gangq.queue.store import jobs, reservations
 
 COMPARED = ("phase", "queuePosition", "reason", "placement", "restarts", "preemptions")
@@ -95,7 +95,7 @@ def desired(
         _condition(
             "Admissible",
             not invalid,
-            "InvalidSpec" if invalid else "Valid",
+            trainingjob.INVALID_SPEC if invalid else "Valid",
             reason if invalid else "",
             now=now,
         ),
@@ -117,7 +117,8 @@ def desired(
         ),
     ]
     if finished:
-        cause = "InvalidSpec" if invalid else record.outcome.cause if record.outcome else ""
+        outcome = record.outcome.cause if record.outcome else ""
+        cause = trainingjob.INVALID_SPEC if invalid else outcome
         conditions.append(_condition(record.phase, True, cause or record.phase, reason, now=now))
     status: dict[str, Any] = {
         "phase": record.phase,
