@@ -38,6 +38,20 @@ async def kube(cluster: Emulator) -> AsyncIterator[Kube]:
         await made.close()
 
 
+@pytest.fixture
+async def view(kube: Kube) -> AsyncIterator[cache.ClusterCache]:
+    """A cluster view kept current until the test ends, its caches synced."""
+    running = cache.ClusterCache(kube.api_client, settings=settings())
+    stop = asyncio.Event()
+    task = asyncio.create_task(running.run(stop))
+    try:
+        await asyncio.wait_for(running.synced.wait(), timeout=5)
+        yield running
+    finally:
+        stop.set()
+        await task
+
+
 async def test_retry_rides_over_server_errors_and_gives_up_on_conflicts(
     cluster: Emulator, kube: Kube
 ) -> None:
@@ -326,78 +340,60 @@ async def test_cluster_cache_gives_an_inventory_only_once_synced(cluster: Emulat
 
 
 async def test_running_gangs_leave_out_the_pods_kept_after_their_end(
-    cluster: Emulator, kube: Kube
+    kube: Kube, view: cache.ClusterCache
 ) -> None:
     """The sweep walks the gangs with a pod still running, not every kept pod's gang."""
-    view = cache.ClusterCache(kube.api_client, settings=settings())
-    stop = asyncio.Event()
-    task = asyncio.create_task(view.run(stop))
     mine = {inventory.JOB_NAME_LABEL: "train"}
 
     async def end(name: str, phase: str) -> None:
         ended = {"status": {"phase": phase}}
         await kube.patch(resources.PODS, "default", name, ended, subresource="status")
 
-    try:
-        await asyncio.wait_for(view.synced.wait(), timeout=5)
-        for gang in ("a", "b", "c"):
-            labels = {**mine, objects.GANG_LABEL: gang}
-            await kube.create(resources.PODS, "default", _pod(f"{gang}-0", **labels))
-        foreign = _pod("other", **{objects.GANG_LABEL: "d"})
-        await kube.create(resources.PODS, "default", foreign)
-        await wait_for(lambda: view.running_gangs() == {"a", "b", "c"})
-        await end("b-0", "Succeeded")
-        await end("c-0", "Failed")
-        await wait_for(lambda: view.running_gangs() == {"a"})
-        await kube.delete(resources.PODS, "default", "a-0", grace_s=0)
-        await wait_for(lambda: not view.running_gangs())
-        assert set(view.by_gang(resources.PODS)) == {"b", "c"}, "kept pods stay indexed"
-    finally:
-        stop.set()
-        await task
+    for gang in ("a", "b", "c"):
+        labels = {**mine, objects.GANG_LABEL: gang}
+        await kube.create(resources.PODS, "default", _pod(f"{gang}-0", **labels))
+    foreign = _pod("other", **{objects.GANG_LABEL: "d"})
+    await kube.create(resources.PODS, "default", foreign)
+    await wait_for(lambda: view.running_gangs() == {"a", "b", "c"})
+    await end("b-0", "Succeeded")
+    await end("c-0", "Failed")
+    await wait_for(lambda: view.running_gangs() == {"a"})
+    await kube.delete(resources.PODS, "default", "a-0", grace_s=0)
+    await wait_for(lambda: not view.running_gangs())
+    assert set(view.by_gang(resources.PODS)) == {"b", "c"}, "kept pods stay indexed"
 
 
 async def test_the_inventory_rebuilds_only_the_parts_whose_kind_changed(
-    cluster: Emulator, kube: Kube
+    cluster: Emulator, kube: Kube, view: cache.ClusterCache
 ) -> None:
-    view = cache.ClusterCache(kube.api_client, settings=settings())
-    stop = asyncio.Event()
-    task = asyncio.create_task(view.run(stop))
-    try:
-        await asyncio.wait_for(view.synced.wait(), timeout=5)
-        first = view.inventory()
-        assert first is not None and first.nodes["gpu-0"].pod_count == 0
-        pod = {
-            "metadata": {"name": "other", "namespace": "default"},
-            "spec": {
-                "nodeName": "gpu-0",
-                "containers": [
-                    {"name": "c", "image": "x", "resources": {"requests": {"cpu": "2"}}}
-                ],
-            },
-        }
-        await kube.create(resources.PODS, "default", pod)
-        await wait_for(lambda: (view.inventory() or first).nodes["gpu-0"].pod_count == 1)
-        second = view.inventory()
-        assert second is not None and second.nodes["gpu-0"].requested_cpu_milli == 2000
-        assert second.devices is first.devices, "a pod does not re-read the slices"
-        labels = {inventory.JOB_NAME_LABEL: "train", objects.GANG_LABEL: "g"}
-        await kube.create(resources.PODS, "default", _pod("mine", **labels))
-        await wait_for(lambda: "default/mine" in view.objects(resources.PODS))
-        after_own = view.inventory()
-        assert after_own is second, "gangq's pods: the same inventory, so its memos hold"
-        job = training_job("unrelated")
-        job["metadata"]["namespace"] = "default"
-        await kube.create(resources.TRAINING_JOBS, "default", job)
-        await wait_for(lambda: "default/unrelated" in view.objects(resources.TRAINING_JOBS))
-        assert view.inventory() is second
-        cluster.kubelets.taint_device("gpu-1", "gpu-1", effect="NoSchedule")
-        await wait_for(lambda: (view.inventory() or first).devices is not first.devices)
-        third = view.inventory()
-        assert third is not None and third.nodes is second.nodes
-    finally:
-        stop.set()
-        await task
+    first = view.inventory()
+    assert first is not None and first.nodes["gpu-0"].pod_count == 0
+    pod = {
+        "metadata": {"name": "other", "namespace": "default"},
+        "spec": {
+            "nodeName": "gpu-0",
+            "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "2"}}}],
+        },
+    }
+    await kube.create(resources.PODS, "default", pod)
+    await wait_for(lambda: (view.inventory() or first).nodes["gpu-0"].pod_count == 1)
+    second = view.inventory()
+    assert second is not None and second.nodes["gpu-0"].requested_cpu_milli == 2000
+    assert second.devices is first.devices, "a pod does not re-read the slices"
+    labels = {inventory.JOB_NAME_LABEL: "train", objects.GANG_LABEL: "g"}
+    await kube.create(resources.PODS, "default", _pod("mine", **labels))
+    await wait_for(lambda: "default/mine" in view.objects(resources.PODS))
+    after_own = view.inventory()
+    assert after_own is second, "gangq's pods: the same inventory, so its memos hold"
+    job = training_job("unrelated")
+    job["metadata"]["namespace"] = "default"
+    await kube.create(resources.TRAINING_JOBS, "default", job)
+    await wait_for(lambda: "default/unrelated" in view.objects(resources.TRAINING_JOBS))
+    assert view.inventory() is second
+    cluster.kubelets.taint_device("gpu-1", "gpu-1", effect="NoSchedule")
+    await wait_for(lambda: (view.inventory() or first).devices is not first.devices)
+    third = view.inventory()
+    assert third is not None and third.nodes is second.nodes
 
 
 @pytest.mark.parametrize(
