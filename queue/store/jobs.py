@@ -9,7 +9,7 @@ and the views (lists, one job, summary per tier and tenant). The cycle reads the
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, cast
@@ -281,6 +281,12 @@ class Start:
     release_skew_ms: int | None = None
 
 
+def _key_columns(keys: Iterable[str]) -> dict[str, list[str]]:
+    """`namespaces` and `names` for the `unnest` of a batch statement, each key split once."""
+    split = [split_key(key) for key in keys]
+    return {"namespaces": [ns for ns, _ in split], "names": [name for _, name in split]}
+
+
 START = text(
     f"""
     UPDATE jobs AS j SET phase = '{RUNNING}', started_at = :at
@@ -305,8 +311,7 @@ async def start_all(
         START,
         {
             "at": timestamps.to_datetime(at),
-            "namespaces": [split_key(s.key)[0] for s in starts],
-            "names": [split_key(s.key)[1] for s in starts],
+            **_key_columns(s.key for s in starts),
         },
     )
     started = {f"{namespace}/{name}": (job_id, tenant) for job_id, namespace, name, tenant in rows}
@@ -392,8 +397,7 @@ async def finish_all(
         FINISH,
         {
             "at": instant,
-            "namespaces": [split_key(e.key)[0] for e in endings],
-            "names": [split_key(e.key)[1] for e in endings],
+            **_key_columns(e.key for e in endings),
             "phases": [SUCCEEDED if e.succeeded else FAILED for e in endings],
             "codes": [e.cause or None for e in endings],
             "messages": [e.reason for e in endings],
