@@ -95,14 +95,16 @@ class Actuator:
         """Create what is missing, replicas concurrently, each in order claim -> allocation ->
         gated pod; when every replica got through, release them all at once (rule 2).
 
-        A one-pod gang's pod is created ungated once its claim is allocated. A larger gang's
-        pods are all created gated and released by one round of concurrent gate lifts: one
-        write more than creating the last pod ungated, but a skew of one request, and a
-        refused create can never leave part of the gang running. One pass suffices: the API
-        server's answers, not the watch caches, say that a claim is allocated and a pod
-        exists, so a gang goes from reserved to released in one step. A refused write leaves
-        the replica incomplete, and the next step picks up from what the caches show then.
-        Returns the release skew in seconds, None while incomplete.
+        The gang's first replica (rank 0, the rendezvous host) is the release's first request:
+        its pod is created ungated once every other replica's pod exists gated, and only when
+        the API server has accepted it are the other gates lifted, concurrently. So a refused
+        create can never leave part of a gang running, a one-pod gang has no gate at all, and
+        each replica costs four writes (claim, allocation, pod, gate lift but one), for a skew
+        of two requests. One pass suffices: the API server's answers, not the watch caches,
+        say that a claim is allocated and a pod exists, so a gang goes from reserved to
+        released in one step. A refused write leaves the replica incomplete, and the next step
+        picks up from what the caches show then. Returns the release skew in seconds, None
+        while incomplete.
         """
         job = gang.job
         assert job is not None
@@ -118,10 +120,7 @@ class Actuator:
             return None
         if objects.needs_service(spec) and not gang.pods:
             await _create(self.kube, resources.SERVICES, objects.service(job))
-        # A gang of one pod is released by creating that pod ungated: no gate to lift, nothing
-        # to be skewed against. A larger gang's pods all wait gated, so its release is one round
-        # of concurrent gate lifts, and a refused create can never leave part of it running.
-        single = gang.placement[0].replica if len(gang.placement) == 1 else None
+        first = min(p.replica for p in gang.placement)
         gated = await asyncio.gather(
             *(
                 self._replica(
@@ -130,7 +129,7 @@ class Actuator:
                     spec=spec,
                     inventory=inventory,
                     now=now,
-                    with_pod=placement.replica != single or single in gang.pods,
+                    with_pod=placement.replica != first or first in gang.pods,
                 )
                 for placement in gang.placement
             )
@@ -139,15 +138,15 @@ class Actuator:
             logger.debug("gang %s: not every replica is ready to release", gang.key)
             return None
         waiting = [name for names in gated if names for name in names]
-        if not waiting and (single is None or single in gang.pods):
+        if not waiting and first in gang.pods:
             return None
         started = time.monotonic()
-        if single is not None and single not in gang.pods:
+        if first not in gang.pods:
             body = objects.pod(
                 job,
-                single,
+                first,
                 spec=spec,
-                node=gang.placement[0].node,
+                node=next(p.node for p in gang.placement if p.replica == first),
                 gated=False,
                 gang=gang.uid,
                 admission=gang.admitted_at,

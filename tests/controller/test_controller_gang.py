@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from gangq.queue.kube import objects, resources
 from gangq.queue.kube.actuator import Actuator
 from gangq.queue.kubesim import kinds
@@ -111,10 +113,16 @@ async def test_a_refused_allocation_is_written_again_before_the_pod_exists(
     assert not harness.objects(resources.RESOURCE_CLAIMS, "ml-train")
 
 
-async def test_a_conflict_on_a_pod_create_holds_the_whole_release_back(harness: Harness) -> None:
+@pytest.mark.parametrize("refused", ["train-1", "train-0"], ids=["gated-sibling", "rank-0"])
+async def test_a_conflict_on_a_pod_create_holds_the_whole_release_back(
+    harness: Harness, refused: str
+) -> None:
     """Only AlreadyExists means an earlier attempt created the pod: after any other 409 the
-    pod does not exist, and no sibling may be released until it does (rule 2)."""
+    pod does not exist, and no sibling may be released until it does (rule 2). Rank 0 is
+    created ungated after its gated siblings, so its refusal is the one that must not leave
+    them released."""
     partial: list[list[str]] = []
+    creates: list[str] = []
 
     def on_pod(event: Event) -> None:
         if event.resource != kinds.PODS.key:
@@ -122,15 +130,21 @@ async def test_a_conflict_on_a_pod_create_holds_the_whole_release_back(harness: 
         pods = harness.objects(resources.PODS, "ml-train")
         if len(pods) < 2 and any(not p["spec"].get("schedulingGates") for p in pods):
             partial.append(sorted(p["metadata"]["name"] for p in pods))
+        if event.type == "ADDED":
+            creates.append(event.object["metadata"]["name"])
+            if creates == ["train-1"] and refused == "train-0":
+                harness.cluster.faults.fail_next(1, code=409, verb="create", resource="pods")
 
     harness.cluster.registry.storage.listeners.append(on_pod)
-    harness.cluster.faults.fail_next(1, code=409, verb="create", resource="pods")
+    if refused == "train-1":
+        harness.cluster.faults.fail_next(1, code=409, verb="create", resource="pods")
     harness.start()
     await harness.kube.create(
         resources.TRAINING_JOBS, "ml-train", training_job("train", run_seconds=0.3)
     )
     await wait_for(lambda: harness.phase("train") == "Succeeded", within_s=30)
     assert harness.cluster.faults.injected == 1
+    assert creates[:2] == ["train-1", "train-0"], "rank 0 is created after its siblings"
     assert not partial, f"released without every pod: {partial}"
 
 

@@ -16,10 +16,9 @@ from tests.controller.conftest import running_harness, training_job, wait_for
 
 
 def budget(replicas: int) -> int:
-    """8 for one replica, 4 per extra one, and for a gang the headless Service its rendezvous
-    (`<job>-0.<job>`) needs: every pod of a gang is created gated, so that its release is one
-    round of gate lifts (skew of one request), not a create followed by the lifts."""
-    return 8 + 4 * (replicas - 1) + (1 if replicas > 1 else 0)
+    """8 for one replica and 4 per extra one: a gang's headless Service (its rendezvous) fits
+    in because its first pod is created ungated, not gated and then lifted."""
+    return 8 + 4 * (replicas - 1)
 
 
 @pytest.mark.parametrize(
