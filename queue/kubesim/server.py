@@ -468,10 +468,17 @@ class ApiServer:
         response.enable_chunked_encoding()
         present = self.registry.strategy(rt).present
 
-        async def send(event: dict[str, Any]) -> None:
-            if event["type"] not in (watch.BOOKMARK, watch.ERROR):
-                event = {"type": event["type"], "object": present(event["object"])}
-            await response.write(watch.encode(event))
+        async def send(events: list[dict[str, Any]]) -> None:
+            await response.write(
+                b"".join(
+                    watch.encode(
+                        event
+                        if event["type"] in (watch.BOOKMARK, watch.ERROR)
+                        else {"type": event["type"], "object": present(event["object"])}
+                    )
+                    for event in events
+                )
+            )
 
         with contextlib.suppress(ConnectionResetError):
             # The client went away (even before the stream started, e.g. during an injected

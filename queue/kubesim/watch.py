@@ -23,7 +23,13 @@ ERROR = "ERROR"
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 DEFAULT_TIMEOUT_SECONDS = 1800.0
 
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+REPLAY_BATCH = 256
+"""Initial and replayed events written at once: one write per batch, as kube-apiserver's
+buffered writer sends them, without holding a whole list of thousands of objects."""
+
+Send = Callable[[list[dict[str, Any]]], Awaitable[None]]
+"""Writes events to the stream as one piece (kube-apiserver flushes only once the events
+already waiting are encoded, so a burst reaches the client in few reads)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,14 +126,17 @@ async def _start(
     current = storage.resource_version
     initial = options.send_initial if options.send_initial is not None else version in ("", "0")
     if version and version not in ("0",) and int(version) < storage.compacted and not initial:
-        await send(_expired(version, storage.compacted + 1))
+        await send([_expired(version, storage.compacted + 1)])
         return None
+    batch: list[dict[str, Any]] = []
     if initial:
         for obj in list(storage.items(rt.store_key, selection.namespace)):
             if selection.matches(obj):
-                await send({"type": ADDED, "object": obj})
+                batch = await _batched(batch, {"type": ADDED, "object": obj}, send)
         if options.bookmarks and (options.send_initial or not version):
-            await send(bookmark(rt, current, initial_end=True))
+            batch.append(bookmark(rt, current, initial_end=True))
+        if batch:
+            await send(batch)
         return current
     start = int(version)
     for event in storage.since(rt.store_key, start):
@@ -135,8 +144,21 @@ async def _start(
             break
         seen = filtered(event, selection)
         if seen is not None:
-            await send(seen)
+            batch = await _batched(batch, seen, send)
+    if batch:
+        await send(batch)
     return current if start <= current else start
+
+
+async def _batched(
+    batch: list[dict[str, Any]], event: dict[str, Any], send: Send
+) -> list[dict[str, Any]]:
+    """`batch` with `event` added, or a new empty one once a full batch went out."""
+    batch.append(event)
+    if len(batch) < REPLAY_BATCH:
+        return batch
+    await send(batch)
+    return []
 
 
 async def _follow(
@@ -166,20 +188,27 @@ async def _follow(
             if options.bookmarks and (
                 (final_bookmark is not None and now >= final_bookmark) or now >= next_bookmark
             ):
-                await send(bookmark(rt, last, initial_end=False))
+                await send([bookmark(rt, last, initial_end=False)])
                 final_bookmark = (
                     None if final_bookmark is not None and now >= final_bookmark else final_bookmark
                 )
                 next_bookmark = now + options.bookmark_interval
             continue
+        # Every event already waiting goes out in the same write (see `Send`).
+        batch: list[dict[str, Any]] = []
+        while event is not None:
+            if event.resource_version > last:
+                last = event.resource_version
+                seen = filtered(event, selection)
+                if seen is not None:
+                    batch.append(seen)
+            if queue.empty():
+                break
+            event = queue.get_nowait()
+        if batch:
+            await send(batch)
         if event is None:
             return
-        if event.resource_version <= last:
-            continue
-        last = event.resource_version
-        seen = filtered(event, selection)
-        if seen is not None:
-            await send(seen)
 
 
 def encode(event: dict[str, Any]) -> bytes:

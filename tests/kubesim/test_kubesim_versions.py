@@ -3,6 +3,8 @@ selectors and pagination."""
 
 from __future__ import annotations
 
+import json
+
 from kubernetes_asyncio import client
 
 from gangq.queue.kubesim.emulator import Emulator
@@ -202,3 +204,27 @@ async def test_limit_and_continue_page_through_a_list(http: Http) -> None:
         "GET", PODS, params={"limit": "2", "continue": "not-a-valid-token"}
     )
     assert code == 400 and body["message"].startswith("invalid continue token")
+
+
+async def test_events_already_waiting_reach_the_client_in_one_write(
+    cluster: Emulator, http: Http
+) -> None:
+    """kube-apiserver flushes a watch only once its channel is empty: a burst of writes
+    reaches a watcher in one piece, not one chunk per event."""
+    _, listed, _ = await http.request("GET", PODS)
+    query = {"watch": "true", "resourceVersion": listed["metadata"]["resourceVersion"]}
+    async with http.session.get(http.base + PODS, params=query) as response:
+        await wait_until(cluster.registry.storage.subscriptions)
+        for index in range(10):
+            cluster.registry.create(
+                cluster.registry.types["/pods"], "default", pod(f"burst-{index}")
+            )
+        received, chunks = b"", 0
+        async for data, chunk_ended in response.content.iter_chunks():
+            received += data
+            chunks += chunk_ended
+            if received.count(b"\n") == 10:
+                break
+    names = [json.loads(line)["object"]["metadata"]["name"] for line in received.splitlines()]
+    assert names == [f"burst-{index}" for index in range(10)]
+    assert chunks == 1
