@@ -83,8 +83,8 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "asApproximateFloat": lambda a: a / 1000,
 }
 
-_Accepted = tuple[Mapping[DeviceId, Device], tuple[Device, ...]]
-"""The devices mapping a selector tuple was asked of, and the devices it accepted."""
+_Accepted = tuple[Mapping[DeviceId, Device], tuple[Device, ...], frozenset[DeviceId]]
+"""The devices mapping a selector tuple was asked of, the devices it accepted and their ids."""
 
 
 def compile_selector(expression: str) -> cel.Program:
@@ -179,17 +179,34 @@ class DeviceMatcher:
         """The devices on a node that every expression accepts, tainted or not. Remembered
         while the inventory keeps the same `devices` mapping (it is rebuilt when a slice
         changes): the gauges and the planner's counts ask it of every device, every cycle."""
+        return self._accepted(expressions, devices)[1]
+
+    def member_ids(
+        self, expressions: tuple[str, ...], devices: Mapping[DeviceId, Device]
+    ) -> frozenset[DeviceId]:
+        """The ids of `members`: a cycle's free devices are filtered by one set lookup each,
+        not by a selector answer each."""
+        return self._accepted(expressions, devices)[2]
+
+    def _accepted(
+        self, expressions: tuple[str, ...], devices: Mapping[DeviceId, Device]
+    ) -> _Accepted:
         known = self._members.get(expressions)
         if known is not None and known[0] is devices:
-            return known[1]
-        found = tuple(
-            device
+            return known
+        found = [
+            (device_id, device)
             for device_id, device in devices.items()
             if device.node is not None
             and self.matches_all(expressions, device, device_id=device_id)
+        ]
+        accepted = (
+            devices,
+            tuple(device for _, device in found),
+            frozenset(device_id for device_id, _ in found),
         )
-        self._members[expressions] = (devices, found)
-        return found
+        self._members[expressions] = accepted
+        return accepted
 
     def count_by_node(
         self, expressions: tuple[str, ...], devices: Mapping[DeviceId, Device]

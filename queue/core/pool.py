@@ -510,14 +510,19 @@ class Pool:
         view = self._views.get(key)
         if view is None:
             by_node: dict[NodeName, list[Device]] = {}
-            ids, is_matching = self._free_ids, self._matching_of(key)
-            admits = self.admits
+            expressions = self._expressions_of(key)
+            accepted = (
+                frozenset()
+                if expressions is None
+                else self.matcher.member_ids(expressions, self.inventory.devices)
+            )
+            ids, admits = self._free_ids, self.admits
             checked = self.partitioned or bool(key[2])
             for node, devices in self.free_by_node.items():
                 if checked:
-                    matching = [d for d in devices if is_matching(d, ids[id(d)]) and admits(key, d)]
+                    matching = [d for d in devices if ids[id(d)] in accepted and admits(key, d)]
                 else:
-                    matching = [d for d in devices if is_matching(d, ids[id(d)])]
+                    matching = [d for d in devices if ids[id(d)] in accepted]
                 if matching:
                     by_node[node] = matching
             view = FreeView(by_node, domain_of=self.domain_of)

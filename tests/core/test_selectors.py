@@ -131,8 +131,10 @@ def test_members_follow_the_inventory_mapping_and_forget_unpublished_devices(
     selectors = ('device.attributes["gpu.nvidia.com"].numa >= 0',)
     everything = {d.id: d for d in devices}
     assert matcher.members(selectors, everything) == tuple(devices)
+    assert matcher.member_ids(selectors, everything) == frozenset(everything)
     fewer = {devices[0].id: devices[0]}
     assert matcher.members(selectors, fewer) == (devices[0],)
+    assert matcher.member_ids(selectors, fewer) == {devices[0].id}
     matcher.follow(fewer)
     # what the matcher keeps (private on purpose) holds the published device only
     assert {device_id for _, device_id in matcher._results} == {devices[0].id}
