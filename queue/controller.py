@@ -68,7 +68,12 @@ async def run_controller(
     url = engine.url.render_as_string(hide_password=False)
     leadership = leader.Leadership(url, holder=settings.holder)
     work = reconciler.Reconciler(
-        view, settings=settings, sessions=sessions, clock=now, metrics=registry
+        view,
+        settings=settings,
+        sessions=sessions,
+        reads=database.read_session_factory(engine),
+        clock=now,
+        metrics=registry,
     )
     try:
         with retry.counting_in(registry):

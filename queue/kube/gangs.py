@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.queue import logconfig
 from gangq.queue import metrics as gangq_metrics
@@ -109,7 +109,6 @@ class Gangs:
         view: cache.ClusterCache,
         *,
         settings: ControllerSettings,
-        sessions: async_sessionmaker[AsyncSession],
         writes: leader.Fenced,
         clock: Callable[[], float],
         metrics: gangq_metrics.Metrics,
@@ -118,7 +117,6 @@ class Gangs:
     ) -> None:
         self.view = view
         self.settings = settings
-        self.sessions = sessions
         self.writes = writes
         self.clock = clock
         self.metrics = metrics
@@ -136,10 +134,10 @@ class Gangs:
         self._started: list[Held] = []
         self._ended: list[_Ended] = []
 
-    async def load(self) -> list[Held]:
-        async with self.sessions() as session:
-            rows = await snapshot.holding_rows(session)
-            placements = await reservations.active_by_job(session)
+    async def load(self, session: AsyncSession) -> list[Held]:
+        """Every gang holding devices, as the store and the caches show it now."""
+        rows = await snapshot.holding_rows(session)
+        placements = await reservations.active_by_job(session)
         pods = self.view.by_gang(resources.PODS)
         claims = self.view.by_gang(resources.RESOURCE_CLAIMS)
         held = []

@@ -69,25 +69,28 @@ class Reconciler:
         *,
         settings: ControllerSettings,
         sessions: async_sessionmaker[AsyncSession],
+        reads: async_sessionmaker[AsyncSession],
         clock: Callable[[], float],
         metrics: gangq_metrics.Metrics,
     ) -> None:
+        """`sessions` open transactions (the cycle and every fenced write); `reads` are
+        `database.read_session_factory`'s, for the step's reads."""
         self.view = view
         self.settings = settings
         self.sessions = sessions
+        self.reads = reads
         self.writes = leader.Fenced(sessions)
         """Every store write of a step goes through here: fenced by the step's epoch."""
         self.clock = clock
         self.metrics = metrics
         self.actuator = Actuator(view.kube, settings=settings, clock=clock)
-        self.history = history.History(sessions)
+        self.history = history.History(reads)
         self.checkpoints = checkpoints.Checkpoints(
             view, writes=self.writes, actuator=self.actuator, clock=clock
         )
         self.gangs = gangs.Gangs(
             view,
             settings=settings,
-            sessions=sessions,
             writes=self.writes,
             clock=clock,
             metrics=metrics,
@@ -106,6 +109,9 @@ class Reconciler:
         )
         self.tenants_epoch: int | None = None
         self.live = jobs.LiveRecords()
+        self.read_after = 0
+        """`writes.commits` when the live records were last read: `_show` reads them again
+        only when a write of the step may have changed them."""
         self.shown: dict[str, _Shown] = {}
         """Job uid -> the last status write, so a write the cache has not seen is not repeated."""
         self.gauged_at = float("-inf")
@@ -152,9 +158,8 @@ class Reconciler:
                 estimator=estimator,
             )
             gangq_metrics.observe_cycle(self.metrics, time.monotonic() - started)
-            records = await self._records()
+            records, held = await self._read_state()
             self._count(result, records)
-            held = await self.gangs.load()
             if time.monotonic() >= self.gauged_at + self.settings.gauges_interval_s:
                 self.gauged_at = time.monotonic()
                 self._gauges(inventory, held)
@@ -179,15 +184,27 @@ class Reconciler:
                     now=self.clock(),
                 )
 
-    async def _records(self) -> dict[str, jobs.JobRecord]:
-        """Live store records, and finished ones whose end their TrainingJob does not show."""
-        unshown = [
+    def _unshown(self) -> list[str]:
+        """Uids of the jobs whose end their TrainingJob does not show (yet)."""
+        return [
             str((job.get("metadata") or {}).get("uid"))
             for job in self.view.open_jobs().values()
             if (job.get("status") or {}).get("phase") not in scale.FINISHED
         ] + sorted(self.intake.changed)
-        async with self.sessions() as session:
-            return await self.live.read(session, uids=unshown)
+
+    async def _records(self) -> dict[str, jobs.JobRecord]:
+        """Live store records, and finished ones whose end their TrainingJob does not show."""
+        self.read_after = self.writes.commits
+        async with self.reads() as session:
+            return await self.live.read(session, uids=self._unshown())
+
+    async def _read_state(self) -> tuple[dict[str, jobs.JobRecord], list[gangs.Held]]:
+        """`_records` and the gangs holding devices, after the cycle: one session for both."""
+        self.read_after = self.writes.commits
+        async with self.reads() as session:
+            records = await self.live.read(session, uids=self._unshown())
+            held = await self.gangs.load(session)
+        return records, held
 
     def _gauges(self, inventory: model.Inventory, held: list[gangs.Held]) -> None:
         """Device and tenant gauges of `/metrics` from the inventory and the gangs holding."""
@@ -394,7 +411,7 @@ class Reconciler:
                     skews.get(h.gang.job_uid, 0), self.gangs.skews_ms[h.row.uid]
                 )
         now = objects.rfc3339(self.clock())
-        fresh = await self._records()
+        fresh = records if self.writes.commits == self.read_after else await self._records()
         waiting = {
             scale.job_uid(r.uid): f"scale-up to replica {scale.first_replica(r.key)}+ waits: "
             + r.reason.message

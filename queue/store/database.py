@@ -129,3 +129,16 @@ def _refuse_closed(dbapi_connection: Any, record: Any, proxy: Any) -> None:
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, expire_on_commit=False)
+
+
+def read_session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    """Sessions for reads that need no transaction: each statement commits on its own.
+
+    Under READ COMMITTED (PostgreSQL's default, which gangq keeps) the statements of one
+    transaction see no common snapshot anyway, so a read-only transaction buys nothing for its
+    BEGIN and ROLLBACK round trips; a controller step reads several times. Nothing written
+    through such a session would be atomic: writes go through `session_factory`'s.
+    """
+    return async_sessionmaker(
+        engine.execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False
+    )

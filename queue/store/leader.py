@@ -130,6 +130,9 @@ class Fenced:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self.sessions = sessions
         self.epoch: int | None = None
+        self.commits = 0
+        """Transactions committed through here: a reader compares it to know whether what it
+        read may have changed since."""
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
@@ -139,3 +142,4 @@ class Fenced:
         async with self.sessions() as session, session.begin():
             await fence(session, epoch)
             yield session
+        self.commits += 1

@@ -236,3 +236,23 @@ async def test_a_checkout_asks_the_server_nothing(database_url: str) -> None:
         assert sent == ["BEGIN;", "ROLLBACK;"]
     finally:
         await engine.dispose()
+
+
+async def test_a_read_session_sends_no_transaction(database_url: str) -> None:
+    """A read session's statements go alone, and the connection it returns to the pool
+    begins transactions again for the sessions that write."""
+    engine = database.create_engine(database_url, pool_size=1)
+    try:
+        [(pid, driver)] = await _pooled(engine, 1)
+        sent: list[str] = []
+        driver.add_query_logger(lambda record: sent.append(record.query))
+        async with database.read_session_factory(engine)() as session:
+            assert await session.scalar(text("SELECT pg_backend_pid()")) == pid
+            assert await session.scalar(text("SELECT count(*) FROM pg_class")) > 0
+        assert sent == []
+        async with database.session_factory(engine)() as session, session.begin():
+            assert await session.scalar(text("SELECT pg_backend_pid()")) == pid
+        # The pool's reset names the default level the read session's had set aside.
+        assert sent in (["BEGIN;", "COMMIT;"], ["BEGIN ISOLATION LEVEL READ COMMITTED;", "COMMIT;"])
+    finally:
+        await engine.dispose()
