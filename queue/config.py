@@ -144,9 +144,10 @@ class ControllerSettings(BaseSettings):
     """A queued job's status is rewritten for a new position at most this often (a phase
     change is written at once); `GET /v1/jobs` always has the current position."""
     status_reason_interval_s: float = Field(default=2.0, ge=0)
-    """A job's new reason is written at once, but at most this often per job: a reason that
-    changes every cycle (numbers, an ETA) costs one write per job per interval, and the status
-    shows the stored reason, the one `GET /v1/jobs` shows, once it settles."""
+    """A job's new reason is written at once, but at most this often per job, so the status
+    soon shows the stored reason, the one `GET /v1/jobs` shows. A return to a kind of wait
+    (capacity, quota, backfill...) shown earlier in the same wait is churn, written like a
+    queue move: a full cluster swings its waiting jobs between kinds with every ending."""
     status_moves_per_step: int = Field(default=50, ge=1)
     """Of those queue moves, at most this many are written per step (the stalest first)."""
     gauges_interval_s: float = Field(default=5.0, ge=0)

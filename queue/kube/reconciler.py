@@ -117,6 +117,10 @@ class Reconciler:
         self.gauged_at = float("-inf")
         self.reason_due: float | None = None
         """When the earliest new reason held back by the per-job rate may be written."""
+        self.told: dict[str, set[str]] = {}
+        """Job uid -> the kinds of wait (`status.wait_kind`) its status has shown since it
+        was last queued: the wait's first reason of each kind is news (an Event, a status
+        write at once), a return to one of them is churn."""
 
     def next_deadline_s(self) -> float:
         """Seconds until the earliest startup deadline or held-back reason (the timer must not
@@ -423,7 +427,10 @@ class Reconciler:
         moved: list[tuple[float, str, dict[str, Any], dict[str, Any], _Shown]] = []
         clock = self.clock()
         self.reason_due = None
-        for job in self._showable(fresh, records):
+        showable = self._showable(fresh, records)
+        seen = {str((job.get("metadata") or {}).get("uid")) for job in showable}
+        self.told = {uid: kinds for uid, kinds in self.told.items() if uid in seen}
+        for job in showable:
             meta = job.get("metadata") or {}
             uid = str(meta.get("uid"))
             record = fresh.get(uid) or records.get(uid)
@@ -432,22 +439,19 @@ class Reconciler:
             ):
                 # A job not queued yet gets its first status once it is (the next step).
                 continue
-            wanted = status.desired(
+            current = job.get("status") or {}
+            wanted = self._wanted(
+                job,
                 record,
                 placement=tuple(sorted(placements.get(uid, ()), key=lambda p: p.replica)),
-                problem=self.intake.problems.get(uid),
+                skew_ms=skews.get(uid),
+                scale_up=waiting.get(uid),
                 now=now,
             )
-            for condition in wanted.get("conditions") or []:
-                condition["observedGeneration"] = meta.get("generation")  # see intake
-            if uid in skews:
-                wanted["releaseSkewMs"] = skews[uid]
-            if uid in waiting and wanted.get("phase") == "Running":
-                wanted["reason"] = waiting[uid]
-            current = job.get("status") or {}
-            if wanted.get("phase") in scale.FINISHED:
-                # Where the job ran stays readable after its end.
-                wanted["placement"] = current.get("placement") or []
+            if wanted.get("phase") != "Queued":
+                self.told.pop(uid, None)
+            elif (kind := status.wait_kind(current)) is not None:
+                self.told.setdefault(uid, set()).add(kind)
             version = str(meta.get("resourceVersion"))
             last = self.shown.get(uid)
             if last is not None:
@@ -462,7 +466,7 @@ class Reconciler:
             if (
                 last is not None
                 and status.only_queue_moved(current, wanted)
-                and self._holds_back(current, wanted, last=last, clock=clock)
+                and self._holds_back(uid, current, wanted, last=last, clock=clock)
             ):
                 if clock - last.at >= self.settings.status_refresh_s:
                     written = _Shown(version=version, status=wanted, at=clock)
@@ -478,6 +482,34 @@ class Reconciler:
             updates.append((job, body))
         self.shown = shown
         await self._write_statuses(updates)
+
+    def _wanted(
+        self,
+        job: Mapping[str, Any],
+        record: jobs.JobRecord | None,
+        *,
+        placement: tuple[model.ReplicaPlacement, ...],
+        skew_ms: int | None,
+        scale_up: str | None,
+        now: str,
+    ) -> dict[str, Any]:
+        """`status.desired`, with what the job's object and this step add: the generation
+        observed, the release skew, a waiting scale-up's reason, a finished job's placement."""
+        meta = job.get("metadata") or {}
+        uid = str(meta.get("uid"))
+        wanted = status.desired(
+            record, placement=placement, problem=self.intake.problems.get(uid), now=now
+        )
+        for condition in wanted.get("conditions") or []:
+            condition["observedGeneration"] = meta.get("generation")  # see intake
+        if skew_ms is not None:
+            wanted["releaseSkewMs"] = skew_ms
+        if scale_up is not None and wanted.get("phase") == "Running":
+            wanted["reason"] = scale_up
+        if wanted.get("phase") in scale.FINISHED:
+            # Where the job ran stays readable after its end.
+            wanted["placement"] = (job.get("status") or {}).get("placement") or []
+        return wanted
 
     def _showable(self, *records: Mapping[str, jobs.JobRecord]) -> list[dict[str, Any]]:
         """The open TrainingJobs, and any other one the store has a record of: its status
@@ -497,12 +529,24 @@ class Reconciler:
         return status.differs(current, wanted) or estimates.has_moved(current, wanted, now=now)
 
     def _holds_back(
-        self, current: Mapping[str, Any], wanted: Mapping[str, Any], *, last: _Shown, clock: float
+        self,
+        uid: str,
+        current: Mapping[str, Any],
+        wanted: Mapping[str, Any],
+        *,
+        last: _Shown,
+        clock: float,
     ) -> bool:
-        """Whether a queued job's changed status waits: a move alone waits for the bounded
-        refresh (churn); a new reason goes out at once, at most once per
-        `status_reason_interval_s` per job, so the status soon says what the store says."""
+        """Whether a queued job's changed status waits. A move, or a swing back to a kind of
+        wait shown earlier in this wait, waits for the bounded refresh (churn: in a full
+        cluster a job's reason swings between capacity and a backfill reservation ahead with
+        every ending, and each swing would cost a write per waiting job). Another reason goes
+        out at once, at most once per `status_reason_interval_s` per job, so the status soon
+        says what the store says."""
         if current.get("reason") == wanted.get("reason"):
+            return True
+        kind = status.wait_kind(wanted)
+        if kind != status.wait_kind(current) and kind in self.told.get(uid, ()):
             return True
         due = last.at + self.settings.status_reason_interval_s
         if clock >= due:
@@ -534,7 +578,12 @@ class Reconciler:
                     else:
                         logger.info("%s not written: %s", what, error)
                     return
-                waits = status.new_wait(job.get("status") or {}, body["status"])
+                uid = str(meta.get("uid"))
+                told = self.told.get(uid, set())
+                waits = status.new_wait(job.get("status") or {}, body["status"], told=told)
+                kind = status.wait_kind(body["status"])
+                if kind is not None:
+                    self.told[uid] = told | {kind}
                 if waits is not None:
                     await self.actuator.event(job, waits[0], waits[1], warning=False)
 

@@ -7,7 +7,7 @@ only when they differ from what the cluster already shows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,19 +149,27 @@ def differs(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     return old != new
 
 
-def new_wait(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(reason, message) when `wanted` shows a queued job waiting for a new kind of reason."""
+def wait_kind(status: Mapping[str, Any]) -> str | None:
+    """The kind of wait a status shows for a queued job (its Admitted condition's reason:
+    `Capacity`, `Quota`...; "" without one); None when the job is not queued."""
+    if status.get("phase") != "Queued":
+        return None
+    found = [c for c in status.get("conditions") or [] if c.get("type") == "Admitted"]
+    return str(found[0].get("reason") or "") if found else ""
+
+
+def new_wait(
+    current: Mapping[str, Any], wanted: Mapping[str, Any], *, told: Collection[str] = ()
+) -> tuple[str, str] | None:
+    """(reason, message) when `wanted` shows a queued job waiting for a new kind of reason,
+    one not `told` during this wait already: a wait that swings between two kinds (capacity,
+    then a backfill reservation ahead, then capacity again) is told once per kind."""
     if wanted.get("phase") != "Queued" or not wanted.get("reason"):
         return None
-
-    def admitted(status: Mapping[str, Any]) -> str:
-        found = [c for c in status.get("conditions") or [] if c.get("type") == "Admitted"]
-        return str(found[0].get("reason")) if found else ""
-
-    reason = admitted(wanted)
-    if current.get("phase") == "Queued" and admitted(current) == reason:
+    kind = wait_kind(wanted) or ""
+    if kind == wait_kind(current) or kind in told:
         return None
-    return reason or "Queued", str(wanted["reason"])
+    return kind or "Queued", str(wanted["reason"])
 
 
 def only_queue_moved(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:

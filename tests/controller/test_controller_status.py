@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from gangq.queue.kube import resources
-from gangq.queue.store import database, jobs
+from gangq.queue.core import explain, model
+from gangq.queue.kube import resources, status
+from gangq.queue.store import database, jobs, tenants
 from tests.controller.conftest import Harness, training_job, wait_for
 
 
@@ -65,3 +66,59 @@ async def test_a_bounded_number_of_queue_moves_per_step_still_reaches_every_job(
     await wait_for(
         lambda: [_status(harness, n).get("queuePosition") for n in names[1:]] == [1, 2, 3]
     )
+
+
+async def _stored_reason(harness: Harness, key: str) -> explain.ReasonCode | None:
+    async with database.session_factory(harness.engine)() as session:
+        detail = await jobs.get_job(session, key)
+    reason = None if detail is None else detail.job.reason
+    return None if reason is None else reason.code
+
+
+async def _borrow(harness: Harness, limit: int) -> None:
+    """Set ml-train's borrowing limit as a quota admin would (its NOTIFY wakes the leader)."""
+    quota = model.TenantQuota(
+        tenant=model.Tenant("ml-train"),
+        device_class="gpu.nvidia.com",
+        nominal=16,
+        borrowing_limit=limit,
+        allowed_tiers=("training", "small"),
+    )
+    async with database.session_factory(harness.engine)() as session, session.begin():
+        await tenants.upsert_tenant(session, "ml-train", [quota], actor="test", now=0.0)
+
+
+def _wait_events(harness: Harness, name: str) -> list[str]:
+    return [
+        str(e.get("reason"))
+        for e in harness.objects(resources.EVENTS, "ml-train")
+        if (e.get("involvedObject") or {}).get("name") == name
+    ]
+
+
+async def test_a_wait_that_swings_back_to_a_kind_it_showed_is_churn_not_news(
+    harness: Harness,
+) -> None:
+    """A queued job is told each kind of its wait once: an Event with its first status write.
+    Swinging back to a kind it was already shown (in a full cluster, capacity and a backfill
+    reservation ahead alternate with every ending) is held back like a queue move."""
+    harness.start(status_refresh_s=3600.0, status_reason_interval_s=0.0)
+    await _queue_behind_a_blocker(harness, ["waiting"])
+    await wait_for(lambda: status.wait_kind(_status(harness, "waiting")) == "Capacity")
+
+    await _borrow(harness, 0)  # the blocker uses all 16 nominal devices: waiting needs a loan
+    await wait_for(lambda: status.wait_kind(_status(harness, "waiting")) == "Quota")
+    # The Event follows its status write.
+    await wait_for(lambda: sorted(_wait_events(harness, "waiting")) == ["Capacity", "Quota"])
+
+    await _borrow(harness, 16)
+    deadline = asyncio.get_running_loop().time() + 15
+    while await _stored_reason(harness, "ml-train/waiting") != explain.ReasonCode.CAPACITY:
+        assert asyncio.get_running_loop().time() < deadline, "the wait never swung back"
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(1.0)  # two cycle intervals: steps ran after the swing
+    assert status.wait_kind(_status(harness, "waiting")) == "Quota"
+    assert sorted(_wait_events(harness, "waiting")) == ["Capacity", "Quota"]
+
+    await harness.kube.delete(resources.TRAINING_JOBS, "ml-train", "blocker")
+    await wait_for(lambda: harness.phase("waiting") in ("Admitted", "Running"))

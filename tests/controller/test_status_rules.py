@@ -41,3 +41,15 @@ def test_an_event_tells_a_new_wait(
     current: dict[str, Any], wanted: dict[str, Any], expected: tuple[str, str] | None
 ) -> None:
     assert status.new_wait(current, wanted) == expected
+
+
+def test_a_kind_of_wait_told_before_in_this_wait_is_not_told_again() -> None:
+    quota = _queued("quota: tenant t uses 8/8 nominal", "Quota")
+    assert status.new_wait(quota, CAPACITY, told={"Capacity", "Quota"}) is None
+    assert status.new_wait(quota, CAPACITY, told={"Quota"}) == ("Capacity", CAPACITY["reason"])
+
+
+def test_the_kind_of_wait_a_status_shows() -> None:
+    assert status.wait_kind(CAPACITY) == "Capacity"
+    assert status.wait_kind({"phase": "Queued", "reason": "name in use", "conditions": []}) == ""
+    assert status.wait_kind({"phase": "Running", "conditions": CAPACITY["conditions"]}) is None
