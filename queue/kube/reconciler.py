@@ -114,6 +114,10 @@ class Reconciler:
         only when a write of the step may have changed them."""
         self.shown: dict[str, _Shown] = {}
         """Job uid -> the last status write, so a write the cache has not seen is not repeated."""
+        self.settled: dict[str, tuple[object, ...]] = {}
+        """Job uid -> what its status was last judged from, when that found nothing to write
+        and nothing that time alone can change: while the same, the job is not judged again
+        (a long queue would cost a status computation per waiting job per step)."""
         self.gauged_at = float("-inf")
         self.reason_due: float | None = None
         """When the earliest new reason held back by the per-job rate may be written."""
@@ -406,14 +410,7 @@ class Reconciler:
 
     async def _show(self, records: Mapping[str, jobs.JobRecord], held: list[gangs.Held]) -> None:
         """Patch each TrainingJob's status where it differs from the store's record."""
-        placements: dict[str, list[model.ReplicaPlacement]] = defaultdict(list)
-        skews: dict[str, int] = {}
-        for h in held:
-            placements[h.gang.job_uid].extend(h.placement)
-            if h.row.uid in self.gangs.skews_ms:
-                skews[h.gang.job_uid] = max(
-                    skews.get(h.gang.job_uid, 0), self.gangs.skews_ms[h.row.uid]
-                )
+        placements, skews = self._held_by_job(held)
         now = objects.rfc3339(self.clock())
         fresh = records if self.writes.commits == self.read_after else await self._records()
         waiting = {
@@ -425,6 +422,7 @@ class Reconciler:
         updates: list[tuple[dict[str, Any], dict[str, Any]]] = []
         shown: dict[str, _Shown] = {}
         moved: list[tuple[float, str, dict[str, Any], dict[str, Any], _Shown]] = []
+        settled: dict[str, tuple[object, ...]] = {}
         clock = self.clock()
         self.reason_due = None
         showable = self._showable(fresh, records)
@@ -439,28 +437,30 @@ class Reconciler:
             ):
                 # A job not queued yet gets its first status once it is (the next step).
                 continue
+            version = str(meta.get("resourceVersion"))
+            placement = placements.get(uid, ())
+            inputs = (version, record, placement, skews.get(uid), waiting.get(uid))
+            last = self.shown.get(uid)
+            if last is not None:
+                shown[uid] = last
+            if self.settled.get(uid) == inputs and uid not in self.intake.problems:
+                settled[uid] = inputs
+                continue
             current = job.get("status") or {}
             wanted = self._wanted(
                 job,
                 record,
-                placement=tuple(sorted(placements.get(uid, ()), key=lambda p: p.replica)),
+                placement=placement,
                 skew_ms=skews.get(uid),
                 scale_up=waiting.get(uid),
                 now=now,
             )
-            if wanted.get("phase") != "Queued":
-                self.told.pop(uid, None)
-            elif (kind := status.wait_kind(current)) is not None:
-                self.told.setdefault(uid, set()).add(kind)
-            version = str(meta.get("resourceVersion"))
-            last = self.shown.get(uid)
-            if last is not None:
-                shown[uid] = last
-                if last.version == version and not self._differs(last.status, wanted, now=clock):
-                    continue
-            if not self._differs(current, wanted, now=clock) and current.get(
-                "releaseSkewMs"
-            ) == wanted.get("releaseSkewMs"):
+            self._note_told(uid, current, wanted)
+            shown_as = self._shown_as(current, wanted, last=last, version=version, clock=clock)
+            if shown_as is not None:
+                # An estimate that differs a little may move enough with time alone.
+                if shown_as.get(estimates.FIELD) == wanted.get(estimates.FIELD):
+                    settled[uid] = inputs
                 continue
             body = {"status": status.merged_conditions(current, wanted)}
             if (
@@ -481,7 +481,58 @@ class Reconciler:
             shown[uid] = written
             updates.append((job, body))
         self.shown = shown
+        self.settled = settled
         await self._write_statuses(updates)
+
+    def _held_by_job(
+        self, held: list[gangs.Held]
+    ) -> tuple[dict[str, tuple[model.ReplicaPlacement, ...]], dict[str, int]]:
+        """Per job uid, its replicas' placement (scale-up gangs included) by replica, and
+        the largest release skew of its gangs."""
+        placements: dict[str, list[model.ReplicaPlacement]] = defaultdict(list)
+        skews: dict[str, int] = {}
+        for h in held:
+            placements[h.gang.job_uid].extend(h.placement)
+            if h.row.uid in self.gangs.skews_ms:
+                skews[h.gang.job_uid] = max(
+                    skews.get(h.gang.job_uid, 0), self.gangs.skews_ms[h.row.uid]
+                )
+        ordered = {
+            uid: tuple(sorted(replicas, key=lambda p: p.replica))
+            for uid, replicas in placements.items()
+        }
+        return ordered, skews
+
+    def _note_told(self, uid: str, current: Mapping[str, Any], wanted: Mapping[str, Any]) -> None:
+        """The kind of wait the cluster shows is told; a job no longer queued starts afresh."""
+        if wanted.get("phase") != "Queued":
+            self.told.pop(uid, None)
+        elif (kind := status.wait_kind(current)) is not None:
+            self.told.setdefault(uid, set()).add(kind)
+
+    def _shown_as(
+        self,
+        current: Mapping[str, Any],
+        wanted: Mapping[str, Any],
+        *,
+        last: _Shown | None,
+        version: str,
+        clock: float,
+    ) -> Mapping[str, Any] | None:
+        """The status that already says what `wanted` says: the one the cluster shows, or
+        the last one written while the cache still shows the version it was based on. None
+        when a write is due."""
+        if (
+            last is not None
+            and last.version == version
+            and not self._differs(last.status, wanted, now=clock)
+        ):
+            return last.status
+        if not self._differs(current, wanted, now=clock) and current.get(
+            "releaseSkewMs"
+        ) == wanted.get("releaseSkewMs"):
+            return current
+        return None
 
     def _wanted(
         self,

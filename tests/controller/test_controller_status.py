@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+import pytest
 
 from gangq.queue.core import explain, model
-from gangq.queue.kube import resources, status
+from gangq.queue.kube import reconciler, resources, status
 from gangq.queue.store import database, jobs, tenants
 from tests.controller.conftest import Harness, training_job, wait_for
 
@@ -122,3 +125,35 @@ async def test_a_wait_that_swings_back_to_a_kind_it_showed_is_churn_not_news(
 
     await harness.kube.delete(resources.TRAINING_JOBS, "ml-train", "blocker")
     await wait_for(lambda: harness.phase("waiting") in ("Admitted", "Running"))
+
+
+async def test_a_job_whose_status_inputs_stay_the_same_is_not_judged_again(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Idle steps over a long queue cost no status computation per waiting job: a job whose
+    record, object version, placement and skew are what its shown status was judged from is
+    skipped; a change to any of them has it judged again."""
+    judged: list[list[str]] = []
+    desired = status.desired
+    step = reconciler.Reconciler.step
+
+    def counted_desired(record: Any, **kwargs: Any) -> dict[str, Any]:
+        if judged and record is not None:
+            judged[-1].append(record.key)
+        return desired(record, **kwargs)
+
+    async def counted_step(self: reconciler.Reconciler, *, epoch: int) -> None:
+        judged.append([])
+        await step(self, epoch=epoch)
+
+    monkeypatch.setattr(status, "desired", counted_desired)
+    monkeypatch.setattr(reconciler.Reconciler, "step", counted_step)
+    harness.start()
+    await _queue_behind_a_blocker(harness, ["waiting"])
+    settled = len(judged) + 2
+    await wait_for(lambda: len(judged) >= settled + 3)  # idle steps on the timer
+    assert judged[settled:] and not any(judged[settled:]), judged
+
+    await harness.kube.delete(resources.TRAINING_JOBS, "ml-train", "blocker")
+    await wait_for(lambda: harness.phase("waiting") == "Running")
+    assert any("ml-train/waiting" in keys for keys in judged[settled:])
