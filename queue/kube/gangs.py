@@ -227,14 +227,14 @@ class Gangs:
             return
         learned: list[runs.Run] = []
         try:
-            async with self.writes.transaction() as session:
+            async with self.writes.transaction(changing=[h.row.uid for h, _ in batch]) as session:
                 learned = await self._store(session, batch)
             done = batch
         except InvalidInputError:
             done, learned = [], []
             for one in batch:
                 try:
-                    async with self.writes.transaction() as session:
+                    async with self.writes.transaction(changing=[one[0].row.uid]) as session:
                         learned.extend(await self._store(session, [one]))
                     done.append(one)
                 except InvalidInputError as error:
@@ -379,7 +379,7 @@ class Gangs:
         )
         if not done or not leaving:
             return
-        async with self.writes.transaction() as session:
+        async with self.writes.transaction(changing=[held.row.uid]) as session:
             freed = await jobs.shrink(
                 session, gang.key, replicas=keep, at=self.clock(), actor=self.settings.actor
             )

@@ -109,9 +109,6 @@ class Reconciler:
         )
         self.tenants_epoch: int | None = None
         self.live = jobs.LiveRecords()
-        self.read_after = 0
-        """`writes.commits` when the live records were last read: `_show` reads them again
-        only when a write of the step may have changed them."""
         self.shown: dict[str, _Shown] = {}
         """Job uid -> the last status write, so a write the cache has not seen is not repeated."""
         self.settled: dict[str, tuple[object, ...]] = {}
@@ -202,13 +199,13 @@ class Reconciler:
 
     async def _records(self) -> dict[str, jobs.JobRecord]:
         """Live store records, and finished ones whose end their TrainingJob does not show."""
-        self.read_after = self.writes.commits
+        self.writes.track()
         async with self.reads() as session:
             return await self.live.read(session, uids=self._unshown())
 
     async def _read_state(self) -> tuple[dict[str, jobs.JobRecord], list[gangs.Held]]:
         """`_records` and the gangs holding devices, after the cycle: one session for both."""
-        self.read_after = self.writes.commits
+        self.writes.track()
         async with self.reads() as session:
             records = await self.live.read(session, uids=self._unshown())
             held = await self.gangs.load(session)
@@ -339,7 +336,7 @@ class Reconciler:
         """End queue entries that hold no devices; False when the store refused one."""
         for record in live:
             try:
-                async with self.writes.transaction() as session:
+                async with self.writes.transaction(changing=[record.uid]) as session:
                     await jobs.finish(
                         session,
                         record.key,
@@ -412,7 +409,7 @@ class Reconciler:
         """Patch each TrainingJob's status where it differs from the store's record."""
         placements, skews = self._held_by_job(held)
         now = objects.rfc3339(self.clock())
-        fresh = records if self.writes.commits == self.read_after else await self._records()
+        fresh = await self._records_since(records)
         waiting = {
             scale.job_uid(r.uid): f"scale-up to replica {scale.first_replica(r.key)}+ waits: "
             + r.reason.message
@@ -483,6 +480,20 @@ class Reconciler:
         self.shown = shown
         self.settled = settled
         await self._write_statuses(updates)
+
+    async def _records_since(
+        self, records: Mapping[str, jobs.JobRecord]
+    ) -> Mapping[str, jobs.JobRecord]:
+        """`records` with what this step's writes changed since they were read: only those
+        records are read again, unless a write did not say which it changed."""
+        changed = self.writes.changed()
+        if changed is None:
+            return await self._records()
+        if not changed:
+            return records
+        self.writes.track()
+        async with self.reads() as session:
+            return {**records, **await self.live.read_again(session, uids=changed)}
 
     def _held_by_job(
         self, held: list[gangs.Held]

@@ -641,6 +641,23 @@ class LiveRecords:
         self._seen = seen
         return {uid: record for uid, (_, record) in seen.items()}
 
+    async def read_again(
+        self, session: AsyncSession, *, uids: Collection[str]
+    ) -> dict[str, JobRecord]:
+        """The records of these uids as they are now, finished ones included: after writes
+        whose records are known, rather than the whole live set again."""
+        chosen = bindparam("chosen", sorted(uids), type_=ARRAY(Text))
+        rows = await session.execute(select(*_RECORD_COLUMNS).where(JobRow.uid == any_(chosen)))
+        found: dict[str, JobRecord] = {}
+        for row in rows:
+            values = tuple(row)
+            known = self._seen.get(row.uid)
+            if known is None or known[0] != values:
+                known = (values, _record_view(cast(_RecordFields, row)))
+                self._seen[row.uid] = known
+            found[row.uid] = known[1]
+        return found
+
 
 async def get_job(session: AsyncSession, key: str) -> JobDetail | None:
     """The live job of that key (else its latest finished run), placement and history."""

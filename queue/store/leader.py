@@ -14,7 +14,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 
 import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy import text
@@ -130,16 +130,29 @@ class Fenced:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self.sessions = sessions
         self.epoch: int | None = None
-        self.commits = 0
-        """Transactions committed through here: a reader compares it to know whether what it
-        read may have changed since."""
+        self._changed: set[str] | None = set()
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncSession]:
+    async def transaction(
+        self, *, changing: Collection[str] | None = None
+    ) -> AsyncIterator[AsyncSession]:
+        """`changing` names the job records (uids) the transaction writes, so that a reader
+        reads again only those (`changed`); without it, any record may have changed."""
         epoch = self.epoch
         if epoch is None:
             raise NotLeaderError("this process does not lead: write not attempted")
         async with self.sessions() as session, session.begin():
             await fence(session, epoch)
             yield session
-        self.commits += 1
+        if changing is None or self._changed is None:
+            self._changed = None
+        else:
+            self._changed.update(changing)
+
+    def track(self) -> None:
+        """Gather from now on which records commits change (a reader calls it as it reads)."""
+        self._changed = set()
+
+    def changed(self) -> set[str] | None:
+        """Uids of the records committed since `track`; None when a commit did not say."""
+        return None if self._changed is None else set(self._changed)
