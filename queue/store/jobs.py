@@ -12,9 +12,9 @@ import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
-from sqlalchemy import ARRAY, Text, any_, bindparam, func, select, text
+from sqlalchemy import ARRAY, Row, Text, any_, bindparam, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -631,13 +631,7 @@ class LiveRecords:
                 JobRow.phase.not_in(FINISHED_PHASES) | (JobRow.uid == any_(chosen))
             )
         )
-        seen: dict[str, tuple[tuple[object, ...], JobRecord]] = {}
-        for row in rows:
-            values = tuple(row)
-            found = self._seen.get(row.uid)
-            if found is None or found[0] != values:
-                found = (values, _record_view(cast(_RecordFields, row)))
-            seen[row.uid] = found
+        seen = {row.uid: self._reused(row) for row in rows}
         self._seen = seen
         return {uid: record for uid, (_, record) in seen.items()}
 
@@ -650,13 +644,17 @@ class LiveRecords:
         rows = await session.execute(select(*_RECORD_COLUMNS).where(JobRow.uid == any_(chosen)))
         found: dict[str, JobRecord] = {}
         for row in rows:
-            values = tuple(row)
-            known = self._seen.get(row.uid)
-            if known is None or known[0] != values:
-                known = (values, _record_view(cast(_RecordFields, row)))
-                self._seen[row.uid] = known
+            self._seen[row.uid] = known = self._reused(row)
             found[row.uid] = known[1]
         return found
+
+    def _reused(self, row: Row[Any]) -> tuple[tuple[object, ...], JobRecord]:
+        """The row's values and its record: the one last read while the row is unchanged."""
+        values = tuple(row)
+        known = self._seen.get(row.uid)
+        if known is None or known[0] != values:
+            known = (values, _record_view(cast(_RecordFields, row)))
+        return known
 
 
 async def get_job(session: AsyncSession, key: str) -> JobDetail | None:
