@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, cast
 
-from sqlalchemy import ARRAY, Row, Text, any_, bindparam, func, select, text
+from sqlalchemy import ARRAY, Text, any_, bindparam, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.queue.core import explain, model
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.store import events, reservations, spec, timestamps
+from gangq.queue.store import database, events, reservations, spec, timestamps
 from gangq.queue.store.errors import ConflictError
 from gangq.queue.store.models import (
     ADMITTED,
@@ -626,10 +626,11 @@ class LiveRecords:
 
     async def read(self, session: AsyncSession, *, uids: Collection[str]) -> dict[str, JobRecord]:
         chosen = bindparam("chosen", sorted(uids), type_=ARRAY(Text))
-        rows = await session.execute(
+        rows = await database.column_rows(
+            session,
             select(*_RECORD_COLUMNS).where(
                 JobRow.phase.not_in(FINISHED_PHASES) | (JobRow.uid == any_(chosen))
-            )
+            ),
         )
         seen = {row.uid: self._reused(row) for row in rows}
         self._seen = seen
@@ -641,19 +642,21 @@ class LiveRecords:
         """The records of these uids as they are now, finished ones included: after writes
         whose records are known, rather than the whole live set again."""
         chosen = bindparam("chosen", sorted(uids), type_=ARRAY(Text))
-        rows = await session.execute(select(*_RECORD_COLUMNS).where(JobRow.uid == any_(chosen)))
+        rows = await database.column_rows(
+            session, select(*_RECORD_COLUMNS).where(JobRow.uid == any_(chosen))
+        )
         found: dict[str, JobRecord] = {}
         for row in rows:
             self._seen[row.uid] = known = self._reused(row)
             found[row.uid] = known[1]
         return found
 
-    def _reused(self, row: Row[Any]) -> tuple[tuple[object, ...], JobRecord]:
-        """The row's values and its record: the one last read while the row is unchanged."""
-        values = tuple(row)
+    def _reused(self, row: Any) -> tuple[tuple[object, ...], JobRecord]:
+        """The row (a named tuple) and its record: the one last read while the row is
+        unchanged."""
         known = self._seen.get(row.uid)
-        if known is None or known[0] != values:
-            known = (values, _record_view(cast(_RecordFields, row)))
+        if known is None or known[0] != row:
+            known = (row, _record_view(row))
         return known
 
 
