@@ -42,7 +42,7 @@ from gangq.queue.kube import (
 )
 from gangq.queue.kube.actuator import Actuator
 from gangq.queue.kube.client import KubeError
-from gangq.queue.store import admission, jobs, leader, tenants
+from gangq.queue.store import admission, jobs, leader, snapshot, tenants
 from gangq.queue.store.errors import ConflictError, NotLeaderError, StoreError
 
 logger = logging.getLogger(__name__)
@@ -109,6 +109,7 @@ class Reconciler:
         )
         self.tenants_epoch: int | None = None
         self.live = jobs.LiveRecords()
+        self.views = snapshot.Views()
         self.shown: dict[str, _Shown] = {}
         """Job uid -> the last status write, so a write the cache has not seen is not repeated."""
         self.settled: dict[str, tuple[object, ...]] = {}
@@ -161,6 +162,7 @@ class Reconciler:
                 epoch=epoch,
                 actor=self.settings.actor,
                 estimator=estimator,
+                views=self.views,
             )
             gangq_metrics.observe_cycle(self.metrics, time.monotonic() - started)
             records, held = await self._read_state()

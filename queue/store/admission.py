@@ -295,14 +295,16 @@ async def cycle_in_transaction(
     epoch: int,
     actor: str = "controller",
     estimator: runs.Estimator | None = None,
+    views: snapshot.Views | None = None,
 ) -> model.CycleResult:
     """One cycle inside the caller's transaction; the caller commits or rolls back.
 
-    With an `estimator` the core plans on predicted runtimes (rule 5), else on runtime bounds.
+    With an `estimator` the core plans on predicted runtimes (rule 5), else on runtime bounds;
+    `views` keeps the jobs' core views from one cycle to the next (`snapshot.Views`).
     """
     await session.execute(SERIALIZE_CYCLES, {"key": CYCLE_LOCK_KEY})
     await leader.fence(session, epoch)
-    loaded = await snapshot.load(session, inventory, now=now, estimator=estimator)
+    loaded = await snapshot.load(session, inventory, now=now, estimator=estimator, views=views)
     result = cycle.run_cycle(snapshot=loaded.snapshot, policy=policy, now=now, matcher=matcher)
     await _write_admissions(
         session,
@@ -350,6 +352,7 @@ async def run(
     actor: str = "controller",
     retry_delays_s: Sequence[float] = RETRY_DELAYS_S,
     estimator: runs.Estimator | None = None,
+    views: snapshot.Views | None = None,
 ) -> model.CycleResult:
     """Run one cycle in its own transaction; a lost connection re-runs it on a new one.
 
@@ -368,6 +371,7 @@ async def run(
                     epoch=epoch,
                     actor=actor,
                     estimator=estimator,
+                    views=views,
                 )
         except (DBAPIError, OSError) as error:
             problem = getattr(error, "orig", None) or error

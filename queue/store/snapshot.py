@@ -11,18 +11,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from sqlalchemy import Row, Text, cast, select
+from sqlalchemy import Text, cast, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.queue.core import model
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.store import reservations, runs, spec, tenants, timestamps
+from gangq.queue.store import database, reservations, runs, spec, tenants, timestamps
 from gangq.queue.store.models import HOLDING_PHASES, QUEUED, JobRow
 
-JobColumns: TypeAlias = Row[*tuple[Any, ...]]
-"""One job's row as the cycle reads it (plain columns of `_COLUMNS`)."""
+JobColumns: TypeAlias = Any
+"""One job's row as the cycle reads it: a named tuple of `_COLUMNS` (`database.column_rows`)."""
 
-_COLUMNS = (
+_JOB_COLUMNS = (
     JobRow.id,
     JobRow.namespace,
     JobRow.name,
@@ -36,19 +36,31 @@ _COLUMNS = (
     cast(JobRow.spec, Text).label("spec"),
     JobRow.submitted_at,
     JobRow.max_runtime_s,
+    JobRow.family,
+)
+"""What a queued job's core view is made of (with its predicted runtime)."""
+_RUN_COLUMNS = (
     JobRow.admitted_at,
     JobRow.started_at,
     JobRow.borrowed,
     JobRow.evicting,
+    JobRow.checkpoint_interval_s,
+    JobRow.last_checkpoint_at,
+)
+"""What a running job's core view is made of besides (with its placement)."""
+_COLUMNS = (
+    *_JOB_COLUMNS,
+    *_RUN_COLUMNS,
     JobRow.pending_code,
     JobRow.pending_message,
     JobRow.queue_position,
     JobRow.reserved_start_at,
     JobRow.reserved_nodes,
-    JobRow.family,
-    JobRow.checkpoint_interval_s,
-    JobRow.last_checkpoint_at,
 )
+"""The columns the cycle reads; the last ones are what it stored for a queued job, which
+change with every move of the queue and make no part of a core view."""
+_QUEUED_VIEW = slice(0, len(_JOB_COLUMNS))
+_RUNNING_VIEW = slice(0, len(_JOB_COLUMNS) + len(_RUN_COLUMNS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,20 +166,71 @@ def running_job(
 async def queued_rows(session: AsyncSession, *, now: float) -> Sequence[JobColumns]:
     """Queued jobs whose backoff is over (the cycle orders them itself)."""
     at = timestamps.to_datetime(now)
-    result = await session.execute(
+    return await database.column_rows(
+        session,
         select(*_COLUMNS)
         .where(JobRow.phase == QUEUED)
         .where((JobRow.not_before.is_(None)) | (JobRow.not_before <= at))
-        .order_by(JobRow.id)
+        .order_by(JobRow.id),
     )
-    return result.all()
 
 
 async def holding_rows(session: AsyncSession) -> Sequence[JobColumns]:
-    result = await session.execute(
-        select(*_COLUMNS).where(JobRow.phase.in_(HOLDING_PHASES)).order_by(JobRow.id)
+    return await database.column_rows(
+        session, select(*_COLUMNS).where(JobRow.phase.in_(HOLDING_PHASES)).order_by(JobRow.id)
     )
-    return result.all()
+
+
+class Views:
+    """The core views of the last cycle's rows, by job id, kept from one cycle to the next:
+    over a long queue a cycle rebuilds only the views whose columns (or prediction, or
+    placement) changed, rather than one per queued job per cycle. A `load` without it builds
+    every view afresh."""
+
+    def __init__(self) -> None:
+        self._pending: dict[int, tuple[tuple[Any, ...], float | None, model.PendingJob]] = {}
+        self._running: dict[int, tuple[tuple[Any, ...], object, model.RunningJob]] = {}
+
+    def build(
+        self,
+        queued: Sequence[JobColumns],
+        holding: Sequence[JobColumns],
+        placements: dict[int, tuple[model.ReplicaPlacement, ...]],
+        *,
+        estimator: runs.Estimator | None,
+    ) -> tuple[
+        list[tuple[JobColumns, model.PendingJob]], dict[int, str], tuple[model.RunningJob, ...]
+    ]:
+        """The readable queued rows with their views, the ids of the unreadable ones with
+        why, and the running jobs' views."""
+        specs = SpecMemo()
+        pending: list[tuple[JobColumns, model.PendingJob]] = []
+        unreadable: dict[int, str] = {}
+        kept_pending: dict[int, tuple[tuple[Any, ...], float | None, model.PendingJob]] = {}
+        for row in queued:
+            made = row[_QUEUED_VIEW]
+            predicted = _predicted_runtime_s(row, estimator)
+            known = self._pending.get(row.id)
+            if known is None or known[0] != made or known[1] != predicted:
+                try:
+                    known = (made, predicted, pending_job(row, specs=specs, estimator=estimator))
+                except InvalidInputError as error:
+                    unreadable[row.id] = f"invalid: job {key_of(row)} cannot be read: {error}"
+                    continue
+            kept_pending[row.id] = known
+            pending.append((row, known[2]))
+        kept_running: dict[int, tuple[tuple[Any, ...], object, model.RunningJob]] = {}
+        for row in holding:
+            made = row[_RUNNING_VIEW]
+            placement = placements.get(row.id, ())
+            inputs = (placement, _predicted_runtime_s(row, estimator))
+            found = self._running.get(row.id)
+            if found is None or found[0] != made or found[1] != inputs:
+                job = running_job(row, placement, specs=specs, estimator=estimator)
+                found = (made, inputs, job)
+            kept_running[row.id] = found
+        self._pending, self._running = kept_pending, kept_running
+        return pending, unreadable, tuple(found[2] for found in kept_running.values())
 
 
 async def load(
@@ -176,30 +239,25 @@ async def load(
     *,
     now: float,
     estimator: runs.Estimator | None = None,
+    views: Views | None = None,
 ) -> Loaded:
-    """The cycle's input; with an `estimator`, jobs carry predicted runtimes and ends (rule 5)."""
+    """The cycle's input; with an `estimator`, jobs carry predicted runtimes and ends (rule 5).
+    `views` keeps the core views from the last cycle (see `Views`)."""
     quotas = await tenants.all_quotas(session)
     holding = await holding_rows(session)
     placements = await reservations.active_by_job(session)
     queued = await queued_rows(session, now=now)
-    specs = SpecMemo()
-    pending: list[model.PendingJob] = []
-    unreadable: dict[int, str] = {}
-    for row in queued:
-        try:
-            pending.append(pending_job(row, specs=specs, estimator=estimator))
-        except InvalidInputError as error:
-            unreadable[row.id] = f"invalid: job {key_of(row)} cannot be read: {error}"
-    running = tuple(
-        running_job(row, placements.get(row.id, ()), specs=specs, estimator=estimator)
-        for row in holding
-    )
+    built = (views or Views()).build(queued, holding, placements, estimator=estimator)
+    pending, unreadable, running = built
     return Loaded(
         snapshot=model.Snapshot(
-            inventory=inventory, quotas=quotas, running=running, pending=tuple(pending)
+            inventory=inventory,
+            quotas=quotas,
+            running=running,
+            pending=tuple(job for _, job in pending),
         ),
         queued=queued,
         holding={key_of(row): row for row in holding},
-        pending={key_of(row): row for row in queued if row.id not in unreadable},
+        pending={job.key: row for row, job in pending},
         unreadable=unreadable,
     )
