@@ -7,7 +7,6 @@ PRODUCT §5. Pure: builds dicts, sends nothing.
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import math
@@ -235,8 +234,11 @@ def pod(
 ) -> dict[str, Any]:
     """The replica's pod from the template: pinned to `node` so the scheduler's DRA PostFilter
     can never clear its claim's allocation (issue 6, fact 2), gated until the whole gang is;
-    `admission` names the attempt (pods keep their names across attempts)."""
-    template = copy.deepcopy(dict(spec.get("template") or {}))
+    `admission` names the attempt (pods keep their names across attempts).
+
+    The template is the cached TrainingJob's own: every level this changes is a new object,
+    the rest is shared, read-only (the body is only encoded), rather than copied per pod."""
+    template = spec.get("template") or {}
     name = replica_name(job["metadata"]["name"], replica)
     metadata = _metadata(job, name, replica, gang=gang)
     template_meta = template.get("metadata") or {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -451,6 +452,30 @@ def test_converter_builds_the_queue_entry() -> None:
     )
     with pytest.raises(InvalidInputError, match=r"has no gangq\.dev/tenant label"):
         trainingjob.pending_job(job, tenant=None)
+
+
+def test_pods_built_from_a_template_leave_the_cached_job_as_it_was() -> None:
+    """`objects.pod` shares the cached TrainingJob's template instead of copying it: the
+    pods must differ from each other and the job must not change under them."""
+    job = training_job("shared", replicas=2)
+    job["metadata"]["uid"] = "u1"
+    job["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "NODE_RANK", "value": "9"}]
+    job["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "a"}
+    before = copy.deepcopy(job)
+    pods = [
+        objects.pod(
+            job, replica, spec=job["spec"], node=f"n{replica}", gated=True, gang="g", admission="1"
+        )
+        for replica in (0, 1)
+    ]
+    assert job == before
+    envs = [{e["name"]: e["value"] for e in p["spec"]["containers"][0]["env"]} for p in pods]
+    assert [env["NODE_RANK"] for env in envs] == ["0", "1"]
+    assert [p["spec"]["nodeSelector"]["kubernetes.io/hostname"] for p in pods] == ["n0", "n1"]
+    assert all(p["spec"]["nodeSelector"]["pool"] == "a" for p in pods)
+    pods[0]["spec"]["containers"][0]["resources"]["claims"].append({"name": "x"})
+    assert pods[1]["spec"]["containers"][0]["resources"]["claims"] == [{"name": objects.CLAIM_REF}]
+    assert job == before
 
 
 def test_settings_file_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
