@@ -7,8 +7,6 @@ runs, stopped when the process exits) and engine creation. It must not touch the
 
 from __future__ import annotations
 
-import collections
-import functools
 import logging
 import os
 import subprocess
@@ -18,7 +16,7 @@ from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 import platformdirs
-from sqlalchemy import Select, event
+from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DisconnectionError
 from sqlalchemy.ext.asyncio import (
@@ -144,23 +142,3 @@ def read_session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession
     return async_sessionmaker(
         engine.execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False
     )
-
-
-async def column_rows(session: AsyncSession, statement: Select[*tuple[Any, ...]]) -> list[Any]:
-    """The rows of a select of plain columns as named tuples, run on the session's connection
-    (in its transaction, if any), for the reads a controller step makes over the whole queue.
-
-    Core skips the ORM's set-up per statement and per row (a quarter of the CPU per row), and
-    a named tuple's field is a C-level read where a SQLAlchemy `Row`'s attribute goes through
-    its key lookup (about 30 ns against 300 ns here): building a job's view reads some twenty
-    of them, for every queued job at every step."""
-    connection = await session.connection()
-    result = await connection.execute(statement)
-    shape = _named_row(tuple(result.keys()))
-    return [shape._make(row) for row in result]
-
-
-@functools.lru_cache(maxsize=32)
-def _named_row(fields: tuple[str, ...]) -> Any:
-    """The named tuple type of one select's columns (made once per select)."""
-    return collections.namedtuple("Columns", fields)

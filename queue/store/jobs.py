@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, cast
 
-from sqlalchemy import ARRAY, Text, any_, bindparam, func, select, text
+from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.queue.core import explain, model
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.store import database, events, reservations, spec, timestamps
+from gangq.queue.store import bulk, events, reservations, spec, timestamps
 from gangq.queue.store.errors import ConflictError
 from gangq.queue.store.models import (
     ADMITTED,
@@ -625,11 +625,11 @@ class LiveRecords:
         self._seen: dict[str, tuple[tuple[object, ...], JobRecord]] = {}
 
     async def read(self, session: AsyncSession, *, uids: Collection[str]) -> dict[str, JobRecord]:
-        chosen = bindparam("chosen", sorted(uids), type_=ARRAY(Text))
-        rows = await database.column_rows(
+        chosen = bulk.text_set("chosen", uids)
+        rows = await bulk.column_rows(
             session,
             select(*_RECORD_COLUMNS).where(
-                JobRow.phase.not_in(FINISHED_PHASES) | (JobRow.uid == any_(chosen))
+                JobRow.phase.not_in(FINISHED_PHASES) | JobRow.uid.in_(chosen)
             ),
         )
         seen = {row.uid: self._reused(row) for row in rows}
@@ -641,9 +641,9 @@ class LiveRecords:
     ) -> dict[str, JobRecord]:
         """The records of these uids as they are now, finished ones included: after writes
         whose records are known, rather than the whole live set again."""
-        chosen = bindparam("chosen", sorted(uids), type_=ARRAY(Text))
-        rows = await database.column_rows(
-            session, select(*_RECORD_COLUMNS).where(JobRow.uid == any_(chosen))
+        rows = await bulk.column_rows(
+            session,
+            select(*_RECORD_COLUMNS).where(JobRow.uid.in_(bulk.text_set("chosen", uids))),
         )
         found: dict[str, JobRecord] = {}
         for row in rows:

@@ -16,11 +16,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.queue.core import model
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.store import database, reservations, runs, spec, tenants, timestamps
+from gangq.queue.store import bulk, reservations, runs, spec, tenants, timestamps
 from gangq.queue.store.models import HOLDING_PHASES, QUEUED, JobRow
 
 JobColumns: TypeAlias = Any
-"""One job's row as the cycle reads it: a named tuple of `_COLUMNS` (`database.column_rows`)."""
+"""One job's row as the cycle reads it: a named tuple of `_COLUMNS` (`bulk.column_rows`)."""
 
 _JOB_COLUMNS = (
     JobRow.id,
@@ -166,7 +166,7 @@ def running_job(
 async def queued_rows(session: AsyncSession, *, now: float) -> Sequence[JobColumns]:
     """Queued jobs whose backoff is over (the cycle orders them itself)."""
     at = timestamps.to_datetime(now)
-    return await database.column_rows(
+    return await bulk.column_rows(
         session,
         select(*_COLUMNS)
         .where(JobRow.phase == QUEUED)
@@ -176,7 +176,7 @@ async def queued_rows(session: AsyncSession, *, now: float) -> Sequence[JobColum
 
 
 async def holding_rows(session: AsyncSession) -> Sequence[JobColumns]:
-    return await database.column_rows(
+    return await bulk.column_rows(
         session, select(*_COLUMNS).where(JobRow.phase.in_(HOLDING_PHASES)).order_by(JobRow.id)
     )
 

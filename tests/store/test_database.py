@@ -14,7 +14,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from sqlalchemy import column, select, table, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gangq.queue.cli import main
@@ -257,23 +257,3 @@ async def test_a_read_session_sends_no_transaction(database_url: str) -> None:
     finally:
         await engine.dispose()
 
-
-async def test_column_rows_read_in_the_sessions_transaction_as_named_tuples(
-    database_url: str,
-) -> None:
-    """The step's queue-long reads: the session's own uncommitted writes are seen, and each
-    row reads by column name and compares as the plain tuple of its values."""
-    engine = database.create_engine(database_url, pool_size=1)
-    try:
-        async with database.session_factory(engine)() as session, session.begin():
-            await session.execute(text("CREATE TEMP TABLE seen (id int, name text)"))
-            await session.execute(text("INSERT INTO seen VALUES (1, 'a'), (2, 'b')"))
-            seen = table("seen", column("id"), column("name"))
-            rows = await database.column_rows(
-                session, select(seen.c.id, seen.c.name).order_by(seen.c.id)
-            )
-        assert [(row.id, row.name) for row in rows] == [(1, "a"), (2, "b")]
-        assert rows == [(1, "a"), (2, "b")]
-        assert rows[1][0:1] == (2,)
-    finally:
-        await engine.dispose()
