@@ -2,9 +2,10 @@
 
 Owns running `controller.run_controller` against a kubeconfig and a migrated database until
 SIGINT, and printing the CPU seconds this process spent after its imports as JSON lines: once
-it is ready (every cache synced and a first cycle run as leader), and at the end. The bench
-submits only after the first and counts per job what lies between the two, so the one-off
-start (lists of every node and slice, device matching, the first cycle) is reported apart.
+it is ready (every cache synced and a first step run to its end as leader), and at the end.
+The bench submits only after the first and counts per job what lies between the two, so the
+one-off start (lists of every node and slice, matching every device against its classes for
+the first gauges, the first step) is reported apart.
 The bench's submitting client and the emulator run in other processes, so these figures are
 the controller's own. It must not create any workload.
 """
@@ -40,8 +41,9 @@ def _cycles(metrics: gangq_metrics.Metrics) -> float:
 
 
 async def _report_ready(metrics: gangq_metrics.Metrics, started: float) -> None:
-    # The first cycle shows only in the metrics the controller feeds, which have no event.
-    while _cycles(metrics) < 1:  # noqa: ASYNC110
+    # Steps show only in the metrics the controller feeds, which have no event; a step's cycle
+    # comes first in it, so the first step has ended once a second cycle is counted.
+    while _cycles(metrics) < 2:  # noqa: ASYNC110
         await asyncio.sleep(READY_POLL_SECONDS)
     print(json.dumps({"ready_cpu_s": round(time.process_time() - started, 3)}), flush=True)
 
