@@ -256,4 +256,3 @@ async def test_a_read_session_sends_no_transaction(database_url: str) -> None:
         assert sent in (["BEGIN;", "COMMIT;"], ["BEGIN ISOLATION LEVEL READ COMMITTED;", "COMMIT;"])
     finally:
         await engine.dispose()
-
