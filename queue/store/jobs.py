@@ -612,6 +612,12 @@ async def list_jobs(
     )
 
 
+_CHOSEN = select(*_RECORD_COLUMNS).where(JobRow.uid.in_(bulk.text_set("chosen")))
+_LIVE_OR_CHOSEN = select(*_RECORD_COLUMNS).where(
+    JobRow.phase.not_in(FINISHED_PHASES) | JobRow.uid.in_(bulk.text_set("chosen"))
+)
+
+
 class LiveRecords:
     """The controller's per-step view: every job not finished, and the finished ones it asks
     for, by uid (finished jobs pile up without bound, and it needs only the few whose end the
@@ -625,12 +631,8 @@ class LiveRecords:
         self._seen: dict[str, tuple[tuple[object, ...], JobRecord]] = {}
 
     async def read(self, session: AsyncSession, *, uids: Collection[str]) -> dict[str, JobRecord]:
-        chosen = bulk.text_set("chosen", uids)
         rows = await bulk.column_rows(
-            session,
-            select(*_RECORD_COLUMNS).where(
-                JobRow.phase.not_in(FINISHED_PHASES) | JobRow.uid.in_(chosen)
-            ),
+            session, _LIVE_OR_CHOSEN, {"chosen": bulk.text_set_value(uids)}
         )
         seen = {row.uid: self._reused(row) for row in rows}
         self._seen = seen
@@ -641,10 +643,7 @@ class LiveRecords:
     ) -> dict[str, JobRecord]:
         """The records of these uids as they are now, finished ones included: after writes
         whose records are known, rather than the whole live set again."""
-        rows = await bulk.column_rows(
-            session,
-            select(*_RECORD_COLUMNS).where(JobRow.uid.in_(bulk.text_set("chosen", uids))),
-        )
+        rows = await bulk.column_rows(session, _CHOSEN, {"chosen": bulk.text_set_value(uids)})
         found: dict[str, JobRecord] = {}
         for row in rows:
             self._seen[row.uid] = known = self._reused(row)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from sqlalchemy import Text, cast, select
+from sqlalchemy import Text, bindparam, cast, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.queue.core import model
@@ -163,22 +163,22 @@ def running_job(
     )
 
 
+_QUEUED_ROWS = (
+    select(*_COLUMNS)
+    .where(JobRow.phase == QUEUED)
+    .where((JobRow.not_before.is_(None)) | (JobRow.not_before <= bindparam("at")))
+    .order_by(JobRow.id)
+)
+_HOLDING_ROWS = select(*_COLUMNS).where(JobRow.phase.in_(HOLDING_PHASES)).order_by(JobRow.id)
+
+
 async def queued_rows(session: AsyncSession, *, now: float) -> Sequence[JobColumns]:
     """Queued jobs whose backoff is over (the cycle orders them itself)."""
-    at = timestamps.to_datetime(now)
-    return await bulk.column_rows(
-        session,
-        select(*_COLUMNS)
-        .where(JobRow.phase == QUEUED)
-        .where((JobRow.not_before.is_(None)) | (JobRow.not_before <= at))
-        .order_by(JobRow.id),
-    )
+    return await bulk.column_rows(session, _QUEUED_ROWS, {"at": timestamps.to_datetime(now)})
 
 
 async def holding_rows(session: AsyncSession) -> Sequence[JobColumns]:
-    return await bulk.column_rows(
-        session, select(*_COLUMNS).where(JobRow.phase.in_(HOLDING_PHASES)).order_by(JobRow.id)
-    )
+    return await bulk.column_rows(session, _HOLDING_ROWS)
 
 
 class Views:

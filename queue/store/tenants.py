@@ -75,8 +75,12 @@ def validate(name: str, quotas: Sequence[model.TenantQuota]) -> None:
             raise InvalidInputError(f"{where}: weight must be > 0, got {quota.weight}")
 
 
+_ALL_QUOTAS = select(QuotaRow).order_by(QuotaRow.tenant, QuotaRow.device_class)
+"""Built once: every cycle reads the quotas (see `bulk`)."""
+
+
 async def all_quotas(session: AsyncSession) -> tuple[model.TenantQuota, ...]:
-    rows = await session.scalars(select(QuotaRow).order_by(QuotaRow.tenant, QuotaRow.device_class))
+    rows = await session.scalars(_ALL_QUOTAS)
     return tuple(_quota(row) for row in rows)
 
 

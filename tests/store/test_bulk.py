@@ -3,10 +3,10 @@ set of strings bound as one parameter."""
 
 from __future__ import annotations
 
-from sqlalchemy import column, select, table, text
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy import column, event, select, table, text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from gangq.queue.store import bulk
+from gangq.queue.store import bulk, jobs, reservations, snapshot, tenants
 
 SEEN = table("seen", column("id"), column("name"))
 
@@ -36,14 +36,43 @@ async def test_a_text_set_matches_exactly_its_strings_whatever_they_hold(
     session_factory: async_sessionmaker[AsyncSession],
 ) -> None:
     """Separators, quotes, backslashes and non-ASCII text stay whole; an empty set matches
-    nothing."""
+    nothing. One select serves every set: the strings are its parameter."""
     odd = ["a,b", 'say "hi"', "back\\slash", "größe", "two words"]
+    query = select(SEEN.c.name).where(SEEN.c.name.in_(bulk.text_set("chosen"))).order_by(SEEN.c.id)
     async with session_factory() as session, session.begin():
         await _seen(session, *odd, "a", "b", "other")
-        query = select(SEEN.c.name).order_by(SEEN.c.id)
-        chosen = await session.scalars(
-            query.where(SEEN.c.name.in_(bulk.text_set("chosen", [*odd, "missing"])))
+        chosen = await bulk.column_rows(
+            session, query, {"chosen": bulk.text_set_value([*odd, "missing"])}
         )
-        assert list(chosen) == odd
-        none = await session.scalars(query.where(SEEN.c.name.in_(bulk.text_set("chosen", []))))
-        assert list(none) == []
+        assert [row.name for row in chosen] == odd
+        none = await bulk.column_rows(session, query, {"chosen": bulk.text_set_value([])})
+        assert none == []
+
+
+async def test_a_steps_reads_execute_the_statements_built_at_import(
+    engine: AsyncEngine, session_factory: async_sessionmaker[AsyncSession]
+) -> None:
+    """Every read a step makes runs one select object, whatever its parameters: a select
+    built per call costs each execution a column-by-column remap onto the cached compiled
+    form (see `bulk`)."""
+    executed: list[object] = []
+
+    def note(conn: object, clauseelement: object, *args: object) -> None:
+        executed.append(clauseelement)
+
+    event.listen(engine.sync_engine, "before_execute", note)
+    live = jobs.LiveRecords()
+    try:
+        for uids in (["a"], ["b", "c"]):
+            async with session_factory() as session, session.begin():
+                await snapshot.queued_rows(session, now=1e9 + len(uids))
+                await snapshot.holding_rows(session)
+                await live.read(session, uids=uids)
+                await live.read_again(session, uids=uids)
+                await reservations.active_by_job(session)
+                await tenants.all_quotas(session)
+    finally:
+        event.remove(engine.sync_engine, "before_execute", note)
+    first, second = executed[: len(executed) // 2], executed[len(executed) // 2 :]
+    assert len(first) == 6
+    assert all(a is b for a, b in zip(first, second, strict=True))
