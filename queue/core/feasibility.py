@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 
-from gangq.queue.core import explain, fit, placement, quantity, sharing
+from gangq.queue.core import derived, explain, fit, placement, quantity, sharing
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.errors import SelectorError
 from gangq.queue.core.model import (
@@ -73,6 +73,13 @@ def invalid_reason(
     return None
 
 
+_accepting_nodes: derived.PerInventory[dict[PodRequirements, frozenset[NodeName]]] = (
+    derived.PerInventory(lambda inventory: {})
+)
+"""Per pod, the nodes whose configuration admits it: a fact of the inventory's nodes, asked
+by every cycle for every kind of queued pod (filled as cycles ask; see `derived`)."""
+
+
 class NeverFit:
     """Judges, once per cycle and shape, whether a valid job could ever be placed."""
 
@@ -98,7 +105,6 @@ class NeverFit:
         ranks that share them share every answer below."""
         self._lasting: dict[tuple[str, Lasting], tuple[RunningJob, ...]] = {}
         self._per_node: dict[SelectorKey, tuple[Mapping[str, int], int]] = {}
-        self._accepted: dict[PodRequirements, frozenset[NodeName]] = {}
         self._held_by: dict[tuple[SelectorKey, Lasting], dict[NodeName, int]] = {}
         self._touched_by: dict[tuple[str, Lasting], frozenset[NodeName]] = {}
         self._capable_by: dict[tuple[SelectorKey, int, PodRequirements], list[NodeName]] = {}
@@ -231,9 +237,10 @@ class NeverFit:
 
     def _accepting(self, pod: PodRequirements) -> frozenset[NodeName]:
         """Nodes whose configuration admits the pod (`fit.is_ever_accepted`)."""
-        found = self._accepted.get(pod)
+        known = _accepting_nodes(self._pool.inventory)
+        found = known.get(pod)
         if found is None:
-            found = self._accepted[pod] = frozenset(
+            found = known[pod] = frozenset(
                 name
                 for name, node in self._pool.inventory.nodes.items()
                 if fit.is_ever_accepted(node, pod)

@@ -57,7 +57,7 @@ class FreeView:
     __slots__ = ("buckets", "by_node", "domain_free", "domain_of", "total")
 
     def __init__(
-        self, by_node: dict[NodeName, list[Device]], *, domain_of: dict[NodeName, str]
+        self, by_node: dict[NodeName, Sequence[Device]], *, domain_of: dict[NodeName, str]
     ) -> None:
         self.by_node = by_node
         self.domain_of = domain_of
@@ -155,6 +155,12 @@ def _free_candidates(inventory: Inventory) -> _Candidates:
 
 _candidates = derived.PerInventory(_free_candidates)
 """Rebuilt when the cycle gets a new inventory, not at every cycle (see `derived`)."""
+_matching_candidates: derived.PerInventory[
+    dict[tuple[str, ...] | None, dict[NodeName, tuple[Device, ...]]]
+] = derived.PerInventory(lambda inventory: {})
+"""Per selector expressions, each node's candidates they match: a view of a node none of whose
+candidates is taken takes them from here instead of matching every device of the cluster
+again at every cycle (filled as views ask; see `derived`)."""
 
 
 class Pool:
@@ -182,13 +188,20 @@ class Pool:
         held -= shared
         base = _candidates(inventory)
         known = inventory.devices
-        gone = {id(known[d]) for d in held if d in known and id(known[d]) in base.ids}
-        """`id()` of the candidates gangq's running gangs hold whole."""
-        self.free_by_node: dict[NodeName, list[Device]] = {}
-        for node, devices in base.by_node.items():
-            kept = [d for d in devices if id(d) not in gone] if gone else list(devices)
+        taken = [known[d] for d in held if d in known and id(known[d]) in base.ids]
+        """The candidates gangq's running gangs hold whole."""
+        gone = {id(device) for device in taken}
+        self._base = base
+        self.free_by_node: dict[NodeName, Sequence[Device]] = dict(base.by_node)
+        """Each node's free devices: the candidates' own tuple while none of its devices is
+        taken (a view reuses what it found for that tuple, see `_matching_candidates`), a new
+        sequence once some are; never changed in place."""
+        for node in {NodeName(device.node or "") for device in taken}:
+            kept = [d for d in base.by_node[node] if id(d) not in gone]
             if kept:
                 self.free_by_node[node] = kept
+            else:
+                del self.free_by_node[node]
         self.free: set[DeviceId] = set(base.ids.values())
         self.free -= held
         self._free_ids: dict[int, DeviceId] = dict(base.ids)
@@ -509,7 +522,7 @@ class Pool:
     def view(self, key: SelectorKey) -> FreeView:
         view = self._views.get(key)
         if view is None:
-            by_node: dict[NodeName, list[Device]] = {}
+            by_node: dict[NodeName, Sequence[Device]] = {}
             expressions = self._expressions_of(key)
             accepted = (
                 frozenset()
@@ -517,14 +530,26 @@ class Pool:
                 else self.matcher.member_ids(expressions, self.inventory.devices)
             )
             ids, admits = self._free_ids, self.admits
-            checked = self.partitioned or bool(key[2])
-            for node, devices in self.free_by_node.items():
-                if checked:
+            if self.partitioned or key[2]:
+                for node, devices in self.free_by_node.items():
                     matching = [d for d in devices if ids[id(d)] in accepted and admits(key, d)]
-                else:
-                    matching = [d for d in devices if ids[id(d)] in accepted]
-                if matching:
-                    by_node[node] = matching
+                    if matching:
+                        by_node[node] = matching
+            else:
+                candidates, every = self._base.by_node, self._base.ids
+                known = _matching_candidates(self.inventory).get(expressions)
+                if known is None:
+                    known = _matching_candidates(self.inventory)[expressions] = {
+                        node: found
+                        for node, devices in candidates.items()
+                        if (found := tuple(d for d in devices if every[id(d)] in accepted))
+                    }
+                for node, devices in self.free_by_node.items():
+                    if devices is candidates.get(node):
+                        if node in known:
+                            by_node[node] = known[node]
+                    elif matching := [d for d in devices if ids[id(d)] in accepted]:
+                        by_node[node] = matching
             view = FreeView(by_node, domain_of=self.domain_of)
             self._views[key] = view
         return view

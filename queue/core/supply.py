@@ -64,7 +64,7 @@ class Supply:
             self._refresh(node)
 
     def available(self, node: NodeName) -> list[Device]:
-        devices = self._view.by_node.get(node, []) + self._released.get(node, [])
+        devices = [*self._view.by_node.get(node, ()), *self._released.get(node, [])]
         if self._excluded:
             devices = [device for device in devices if device.id not in self._excluded]
         return sorted(devices, key=lambda device: device.name)

@@ -17,7 +17,7 @@ from gangq.queue.core.model import (
     RunningJob,
     Tenant,
 )
-from gangq.queue.core.pool import Pool
+from gangq.queue.core.pool import Pool, SelectorKey
 from tests import builders
 
 
@@ -106,3 +106,34 @@ def test_a_pool_on_a_known_inventory_equals_one_built_from_scratch_whatever_came
         builders.device_id("node-0", 2)
         in Pool(inventory=inventory, running=(), matcher=matcher).free
     )
+
+
+def _view(pool: Pool, key: SelectorKey) -> dict[str, list[str]]:
+    return {node: [d.name for d in devices] for node, devices in pool.view(key).by_node.items()}
+
+
+def test_a_view_on_a_known_inventory_equals_one_built_from_scratch_whatever_came_before() -> None:
+    """Views reuse what a selector matched on each node none of whose candidates is taken:
+    what running gangs hold, and what a take of this cycle or an earlier one took, must show
+    as in a view of a pool built afresh."""
+    inventory = builders.cluster(3)
+    matcher = DeviceMatcher()
+    every = (builders.GPU, (), ())
+    numa = (builders.GPU, (f'device.attributes["{builders.DRIVER}"].numa == 1',), ())
+    holding = (_running("a", "node-0", 0, 5), _running("b", "node-2", *range(8)))
+    take = (NodeName("node-1"), (builders.device_id("node-1", 4),))
+    for running in [(), holding[:1], holding, ()]:
+        pools = [
+            Pool(inventory=inventory, running=running, matcher=matcher),
+            Pool(inventory=dataclasses.replace(inventory), running=running, matcher=matcher),
+        ]
+        assert _view(pools[0], every) == _view(pools[1], every)
+        for pool in pools:
+            pool.take(*take, PodRequirements())
+        assert _view(pools[0], numa) == _view(pools[1], numa)
+        assert _view(pools[0], every) == _view(pools[1], every)
+        assert "gpu-4" not in _view(pools[0], numa)["node-1"]
+        assert ("node-2" in _view(pools[0], every)) is (holding[1] not in running)
+    assert _view(Pool(inventory=inventory, running=(), matcher=matcher), numa) == {
+        node: ["gpu-4", "gpu-5", "gpu-6", "gpu-7"] for node in ("node-0", "node-1", "node-2")
+    }
