@@ -537,19 +537,21 @@ class Pool:
                         by_node[node] = matching
             else:
                 candidates, every = self._base.by_node, self._base.ids
-                known = _matching_candidates(self.inventory).get(expressions)
+                memo = _matching_candidates(self.inventory)
+                known = memo.get(expressions)
                 if known is None:
-                    known = _matching_candidates(self.inventory)[expressions] = {
+                    known = memo[expressions] = {
                         node: found
                         for node, devices in candidates.items()
                         if (found := tuple(d for d in devices if every[id(d)] in accepted))
                     }
                 for node, devices in self.free_by_node.items():
                     if devices is candidates.get(node):
-                        if node in known:
-                            by_node[node] = known[node]
-                    elif matching := [d for d in devices if ids[id(d)] in accepted]:
-                        by_node[node] = matching
+                        free: Sequence[Device] = known.get(node, ())
+                    else:
+                        free = [d for d in devices if ids[id(d)] in accepted]
+                    if free:
+                        by_node[node] = free
             view = FreeView(by_node, domain_of=self.domain_of)
             self._views[key] = view
         return view
