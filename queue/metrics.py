@@ -31,6 +31,7 @@ TENANT_DEVICE_KINDS = ("nominal", "borrowed")
 PREEMPTION_REASONS = ("priority", "reclaim", "scale_up", "other")
 START_FAILURE_REASONS = ("timeout", "pod_failed", "node_lost", "other")
 API_RETRY_REASONS = ("conflict", "throttled", "server_error", "unreachable", "other")
+API_ERROR_CODES = ("400", "401", "403", "422")
 API_RESOURCES = (
     "trainingjobs", "pods", "services", "resourceclaims", "resourceslices", "deviceclasses",
     "nodes", "namespaces", "events", "leases", "tokenreviews",
@@ -58,6 +59,7 @@ class Metrics:
     leader: Gauge
     database_up: Gauge
     api_retries: Counter
+    api_errors: Counter
 
 
 def create_metrics() -> Metrics:
@@ -156,6 +158,13 @@ def create_metrics() -> Metrics:
             ["resource", "reason"],
             registry=registry,
         ),
+        api_errors=Counter(
+            "gangq_api_errors",
+            "Kubernetes API requests refused for a fault of gangq's own (a missing permission, "
+            "refused credentials, a field gangq sets): the controller needs fixing, no job does.",
+            ["resource", "code"],
+            registry=registry,
+        ),
     )
 
 
@@ -221,6 +230,13 @@ def record_api_retry(metrics: Metrics, *, resource: str, reason: str) -> None:
     metrics.api_retries.labels(
         resource=resource if resource in API_RESOURCES else "other",
         reason=reason if reason in API_RETRY_REASONS else "other",
+    ).inc()
+
+
+def record_api_error(metrics: Metrics, *, resource: str, code: int) -> None:
+    metrics.api_errors.labels(
+        resource=resource if resource in API_RESOURCES else "other",
+        code=str(code) if str(code) in API_ERROR_CODES else "other",
     ).inc()
 
 

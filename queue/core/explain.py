@@ -22,6 +22,9 @@ class ReasonCode(enum.StrEnum):
     UNSCHEDULABLE = "unschedulable"
     """The cluster as configured can never run the job: it stays visible, out of line, and is
     judged again every cycle (inventory, quotas or tiers may change)."""
+    CONTROLLER = "controller"
+    """The API server refused a write of gangq's own (a missing permission, a field gangq
+    sets): the job stays queued, never blamed (rule 14), and is tried again after a pause."""
 
 
 WAITING_CODES = frozenset(
@@ -84,6 +87,11 @@ def _short(name: str) -> str:
 
 def invalid(problem: str) -> PendingReason:
     return PendingReason(ReasonCode.INVALID, f"invalid: {problem}", WaitCause.INVALID)
+
+
+def controller(problem: str) -> PendingReason:
+    """`problem` names what an administrator must fix in gangq or its access to the cluster."""
+    return PendingReason(ReasonCode.CONTROLLER, f"controller: {problem}")
 
 
 def unschedulable(problem: str) -> PendingReason:

@@ -29,7 +29,9 @@ logger = logging.getLogger(__name__)
 async def _tolerant(
     call: Callable[[], Awaitable[object]], *, what: str, ok: tuple[int, ...]
 ) -> bool:
-    """Run a write with retries; statuses in `ok` mean it is already done. False on refusal."""
+    """Run a write with retries; statuses in `ok` mean it is already done. False on refusal.
+    `what` names the write as a noun phrase (`allocation of ns/x-0`): logs, the object's
+    pause and the job's reason when the API server refuses it read it."""
     try:
         await retry.retrying(call, what=what)
     except KubeError as error:
@@ -52,7 +54,7 @@ async def _create(
     attempt created it; any other 409 created nothing, and taking it for done would let a
     gang's release go ahead without one of its pods."""
     namespace = body["metadata"]["namespace"]
-    what = f"create {resource.kind} {namespace}/{body['metadata']['name']}"
+    what = f"creation of {resource.kind} {namespace}/{body['metadata']['name']}"
 
     async def create() -> None:
         try:
@@ -66,7 +68,7 @@ async def _create(
 
 async def _delete(kube: Kube, resource: Resource, obj: Mapping[str, Any]) -> bool:
     meta = obj.get("metadata") or {}
-    what = f"delete {resource.kind} {meta.get('namespace')}/{meta.get('name')}"
+    what = f"deletion of {resource.kind} {meta.get('namespace')}/{meta.get('name')}"
     return await _tolerant(
         lambda: kube.delete(resource, str(meta.get("namespace")), str(meta.get("name"))),
         what=what,
@@ -204,17 +206,14 @@ class Actuator:
     async def _allocate(
         self, job: Mapping[str, Any], placement: model.ReplicaPlacement, *, now: float
     ) -> bool:
+        namespace = job["metadata"]["namespace"]
         name = objects.replica_name(job["metadata"]["name"], placement.replica)
         status = {"status": objects.allocation(placement, at=objects.rfc3339(now))}
         return await _tolerant(
             lambda: self.kube.patch(
-                resources.RESOURCE_CLAIMS,
-                job["metadata"]["namespace"],
-                name,
-                status,
-                subresource="status",
+                resources.RESOURCE_CLAIMS, namespace, name, status, subresource="status"
             ),
-            what=f"allocate claim {name}",
+            what=f"allocation of {namespace}/{name}",
             # A status patch names no resourceVersion: a 409 wrote nothing, and a pod created
             # now would have the scheduler allocate the claim (with its finalizer) instead.
             ok=(),
@@ -231,7 +230,7 @@ class Actuator:
                 lambda: self.kube.patch(
                     resources.PODS, namespace, name, remove, content_type=JSON_PATCH, urgent=True
                 ),
-                what=f"release pod {namespace}/{name}",
+                what=f"release of Pod {namespace}/{name}",
                 ok=(404,),
             )
             if done:
@@ -317,7 +316,7 @@ class Actuator:
             # Deleted without a finalizer means gone; the others are still being deleted.
             left[:] = [c for c in found if (c.get("metadata") or {}).get("finalizers")]
 
-        what = f"delete claims of gang {gang} in {namespace}"
+        what = f"deletion of the claims of gang {gang} in {namespace}"
         if not await _tolerant(delete, what=what, ok=(404,)):
             return False
         await self._unprotect_all(left)
@@ -340,7 +339,7 @@ class Actuator:
             lambda: self.kube.patch(
                 resources.RESOURCE_CLAIMS, str(meta.get("namespace")), name, patch
             ),
-            what=f"unprotect claim {name}",
+            what=f"removal of the finalizer of ResourceClaim {meta.get('namespace')}/{name}",
             ok=(404,),
         )
 
@@ -360,7 +359,7 @@ class Actuator:
             lambda: self.kube.patch(
                 resources.TRAINING_JOBS, str(meta.get("namespace")), str(meta.get("name")), patch
             ),
-            what=f"remove finalizer of {trainingjob.key_of(dict(job))}",
+            what=f"removal of the finalizer of TrainingJob {trainingjob.key_of(dict(job))}",
             ok=(404,),
         )
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
@@ -59,10 +60,20 @@ def _encode(body: Any) -> bytes:
     return pydantic_core.to_json(body)
 
 
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """One field error of a refusal (`details.causes` of the Status): the field path the API
+    server names ("spec.containers[0].image", "status.allocation") and what it says of it."""
+
+    field: str
+    message: str
+
+
 class KubeError(GangqError):
     """A request the API server refused or that could not reach it (`status` 0); `resource`
     is the plural the request path named ("" when unknown), `reason` the Status's reason
-    ("AlreadyExists", "Conflict"... "" when the answer was no Status)."""
+    ("AlreadyExists", "Conflict"... "" when the answer was no Status), `causes` its field
+    errors."""
 
     def __init__(
         self,
@@ -72,6 +83,7 @@ class KubeError(GangqError):
         retry_after_s: float | None = None,
         resource: str = "",
         reason: str = "",
+        causes: tuple[Cause, ...] = (),
     ) -> None:
         super().__init__(f"{status}: {message}" if status else message)
         self.status = status
@@ -79,6 +91,19 @@ class KubeError(GangqError):
         self.retry_after_s = retry_after_s
         self.resource = resource
         self.reason = reason
+        self.causes = causes
+
+
+def _causes(status: Mapping[str, Any]) -> tuple[Cause, ...]:
+    details = status.get("details")
+    found = details.get("causes") if isinstance(details, dict) else None
+    if not isinstance(found, list):
+        return ()
+    return tuple(
+        Cause(str(c.get("field") or ""), str(c.get("message") or ""))
+        for c in found
+        if isinstance(c, dict)
+    )
 
 
 def resource_of(path: str) -> str:
@@ -231,6 +256,7 @@ class Kube:
             retry_after_s=_retry_after(response.headers),
             resource=resource_of(path),
             reason=str(found.get("reason") or ""),
+            causes=_causes(found),
         )
 
     async def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any]:

@@ -20,9 +20,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gangq.queue import logconfig
 from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
-from gangq.queue.core import derived, model
+from gangq.queue.core import derived, explain, model
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import (
+    blame,
     cache,
     history,
     lifecycle,
@@ -38,10 +39,19 @@ from gangq.queue.kube.client import KubeError
 from gangq.queue.store import jobs, leader, refusals, reservations, runs, snapshot, timestamps
 
 logger = logging.getLogger(__name__)
-EVENTFUL = (lifecycle.Ending.FAILED, lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED)
+EVENTFUL = (
+    lifecycle.Ending.FAILED,
+    lifecycle.Ending.REQUEUE,
+    lifecycle.Ending.PREEMPTED,
+    lifecycle.Ending.REFUSED,
+)
 """Endings that get a Kubernetes Event (Warning): the ones a person has to look into."""
-REFUSED = "invalid: "
-"""Start of the reason of a gang whose objects the API server refused for good."""
+QUEUED_AGAIN = (lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED, lifecycle.Ending.REFUSED)
+"""Endings that release the gang and queue its job again."""
+INVALID = "invalid: "
+"""Start of the reason of a gang whose objects the API server refused for their spec."""
+API_SERVER_REFUSED = "ApiServerRefused"
+"""Reason of the Event of a gang torn down because the API server refused gangq's writes."""
 DRIVES_IN_FLIGHT = 32
 """Gangs driven at once: a burst of admissions must not queue hundreds of requests on the
 API server, where the last would time out and be retried, adding to the load."""
@@ -266,7 +276,7 @@ class Gangs:
             gang = held.gang
             verdict, context = ending.verdict, ending.context
             failures = [f.details() for f in verdict.failures]
-            if verdict.ending not in (lifecycle.Ending.REQUEUE, lifecycle.Ending.PREEMPTED):
+            if verdict.ending not in QUEUED_AGAIN:
                 finished.append(
                     jobs.Ending(
                         gang.key,
@@ -277,12 +287,15 @@ class Gangs:
                     )
                 )
                 continue
-            backoff = 0.0
+            backoff, waiting = 0.0, None
             if verdict.ending is lifecycle.Ending.REQUEUE:
                 backoff = min(
                     self.settings.restart_backoff_s * 2**context.restarts,
                     self.settings.restart_backoff_max_s,
                 )
+            elif verdict.ending is lifecycle.Ending.REFUSED:
+                backoff = verdict.backoff_s
+                waiting = explain.PendingReason(explain.ReasonCode.CONTROLLER, verdict.reason)
             await jobs.requeue(
                 session,
                 gang.key,
@@ -292,12 +305,13 @@ class Gangs:
                 preempted=verdict.ending is lifecycle.Ending.PREEMPTED,
                 backoff_s=backoff,
                 failures=failures,
+                waiting=waiting,
             )
         await jobs.finish_all(session, finished, at=now, actor=actor)
         for ended in finished:
-            if ended.reason.startswith(REFUSED):
+            if ended.reason.startswith(INVALID):
                 await refusals.mark_refused(
-                    session, ended.key, message=ended.reason.removeprefix(REFUSED)
+                    session, ended.key, message=ended.reason.removeprefix(INVALID)
                 )
         learned: list[runs.Run] = []
         for held, ending in batch:
@@ -419,18 +433,35 @@ class Gangs:
             await self._teardown(held, verdict, context=context)
 
     def _refused(self, held: Held, refused: retry.Refusals) -> None:
-        """The API server refused an object of the gang for good (400, 422): building it again
-        cannot help, so the gang is torn down and the job ends Failed with the server's words
-        (its spec must change; editing it queues the job again)."""
+        """The API server refused a write of the gang for good: the gang is torn down, its
+        devices released. When every refusal is the job's spec's (module `blame`), building
+        it again cannot help: the job ends Failed with the server's words (editing the spec
+        queues it again). Otherwise gangq is at fault (rule 14): the job is queued again,
+        its reason naming the controller's problem, and waits as long as the refused write
+        pauses (doubling per refusal, capped), so a refusal that lasts costs the API server
+        a few requests an hour, and the job runs once the writes are accepted again."""
         gang = held.gang
-        reason = f"{REFUSED}the API server refused {'; '.join(refused.messages)}"
-        logger.warning("gang %s: %s", gang.key, reason)
-        verdict = lifecycle.Verdict(
-            lifecycle.Action.TEARDOWN,
-            ending=lifecycle.Ending.FAILED,
-            reason=reason,
-            failure="other",
+        ours = sorted(
+            (r for r in refused.found if not blame.is_the_jobs(r.error)), key=lambda r: r.what
         )
+        if ours:
+            reason = blame.controller_reason(ours[0].what, ours[0].error).message
+            verdict = lifecycle.Verdict(
+                lifecycle.Action.TEARDOWN,
+                ending=lifecycle.Ending.REFUSED,
+                reason=reason,
+                cause=API_SERVER_REFUSED,
+                backoff_s=max(retry.BACKOFF.remaining_s(r.what) for r in ours),
+            )
+        else:
+            reason = f"{INVALID}the API server refused {'; '.join(refused.messages)}"
+            verdict = lifecycle.Verdict(
+                lifecycle.Action.TEARDOWN,
+                ending=lifecycle.Ending.FAILED,
+                reason=reason,
+                failure="other",
+            )
+        logger.warning("gang %s: %s", gang.key, reason)
         self.endings[(gang.uid, gang.admitted_at)] = verdict
 
     async def _teardown(

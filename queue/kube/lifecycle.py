@@ -31,6 +31,9 @@ class Action(enum.StrEnum):
 class Ending(enum.StrEnum):
     REQUEUE = "requeue"
     PREEMPTED = "preempted"
+    REFUSED = "refused"
+    """The API server refused a write of gangq's own: the job is queued again after a pause,
+    its reason naming the controller's problem; neither a restart nor a preemption."""
     FAILED = "failed"
     SUCCEEDED = "succeeded"
     DELETED = "deleted"
@@ -111,6 +114,8 @@ class Verdict:
     cause: str = ""
     """CamelCase reason of the ending, shown in the job's conditions and events."""
     failures: tuple[ReplicaFailure, ...] = ()
+    backoff_s: float = 0.0
+    """How long a job ending REFUSED waits before it may be admitted again."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,16 +3,19 @@
 Owns which failures are worth another attempt (429, 5xx, connection errors), how long to wait
 (the server's Retry-After, else bounded exponential backoff) and how many times; after a call
 gives up, the object is left alone for a while that doubles per failed call (capped), so a
-write that keeps failing is not repeated every step. A refusal no retry can fix (400
-BadRequest, 422 Invalid) is not retried: it is reported to whoever `collecting` refusals around
-the writes, which makes it the job's reason. A 409 is not retried here: the caller re-reads and
-re-applies, because only it knows the object.
+write that keeps failing is not repeated every step. A refusal sending the same request again
+cannot cure (400 BadRequest, 401 Unauthorized, 403 Forbidden, 422 Invalid) is not retried: the
+object pauses the same way, and the refusal is reported to whoever is `collecting` refusals
+around the writes, which decides from it (module `blame`) whether the job's spec or gangq is at
+fault. A 409 is not retried here: the caller re-reads and re-applies, because only it knows the
+object.
 
 Retries and conflicts are expected in a busy cluster (kube-controller-manager updates claims
 gangq also writes), so they are logged at DEBUG and counted in
 `gangq_api_retries_total{resource,reason}` of the registry the controller installs with
 `counting_in` (a context variable: every task the controller starts inherits it, and two
-controllers in one process count apart).
+controllers in one process count apart). Refusals that are gangq's own fault are counted in
+`gangq_api_errors_total{resource,code}` of the same registry.
 """
 
 from __future__ import annotations
@@ -23,17 +26,20 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TypeVar
 
 from gangq.queue import metrics as gangq_metrics
+from gangq.queue.kube import blame
 from gangq.queue.kube.client import KubeError
 
 T = TypeVar("T")
 ATTEMPTS = 5
 FIRST_DELAY_S = 0.1
 MAX_DELAY_S = 5.0
-PERMANENT = (400, 422)
-"""BadRequest and Invalid: the request itself is wrong, sending it again cannot help."""
+PERMANENT = (400, 401, 403, 422)
+"""BadRequest, Invalid, Unauthorized and Forbidden: the request or gangq's access is wrong,
+sending it again cannot help until someone changes the job or gangq's access."""
 OBJECT_FIRST_PAUSE_S = 1.0
 OBJECT_MAX_PAUSE_S = 300.0
 PAUSED_KEPT = 10_000
@@ -125,14 +131,29 @@ BACKOFF = ObjectBackoff()
 """The process's pauses, shared by every writer (objects are named the same by all)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A call the API server refused for good: `what` names it, `error` is the answer."""
+
+    what: str
+    error: KubeError
+
+    def message(self) -> str:
+        return f"{self.what}: {self.error.message}"
+
+
 class Refusals:
     """Refusals that retrying cannot fix, gathered while a caller drives some writes."""
 
     def __init__(self) -> None:
-        self.messages: list[str] = []
+        self.found: list[Refusal] = []
 
     def __bool__(self) -> bool:
-        return bool(self.messages)
+        return bool(self.found)
+
+    @property
+    def messages(self) -> list[str]:
+        return [refusal.message() for refusal in self.found]
 
 
 _SINK: ContextVar[Refusals | None] = ContextVar("gangq_refusals", default=None)
@@ -147,6 +168,17 @@ def collecting() -> Iterator[Refusals]:
         yield found
     finally:
         _SINK.reset(token)
+
+
+def _refused(refusal: Refusal) -> None:
+    """Report a refusal to the collecting caller; one that is gangq's own fault is counted."""
+    sink = _SINK.get()
+    if sink is not None:
+        sink.found.append(refusal)
+    metrics = _registry.get()
+    if metrics is not None and not blame.is_the_jobs(refusal.error):
+        error = refusal.error
+        gangq_metrics.record_api_error(metrics, resource=error.resource, code=error.status)
 
 
 async def retrying(
@@ -167,9 +199,7 @@ async def retrying(
         except KubeError as error:
             if is_permanent(error):
                 backoff.failed(what)
-                sink = _SINK.get()
-                if sink is not None:
-                    sink.messages.append(f"{what}: {error.message}")
+                _refused(Refusal(what, error))
                 raise
             if not is_retryable(error) or attempt == attempts - 1:
                 if is_retryable(error):

@@ -1,7 +1,10 @@
 """Fault injection: failing the next N matching requests, delaying responses, dropping watches.
 
 Failures answer 409, 429, 500 or 504 (the server's own request timeout, a Status with reason
-Timeout). A delay lasts until it is removed (`undelay`) or every rule is cleared.
+Timeout); refusals answer a given Status, such as a real cluster sends a client whose
+permissions or credentials are wrong (a 403 of RBAC, the 422 of case 11-01 for an allocation
+written without `resourceclaims/binding`, a 401). A delay lasts until it is removed
+(`undelay`) or every rule is cleared.
 
 Owns the rules tests arm and the decision whether a request is hit. It must not know HTTP
 beyond a verb and a resource name; `server.py` consults it before serving a request.
@@ -22,6 +25,7 @@ class _Failure:
     resource: str | None
     code: int
     remaining: int
+    answer: status.ApiError | None = None
 
     def matches(self, verb: str, resource: str) -> bool:
         return self.verb in (None, verb) and self.resource in (None, resource)
@@ -49,6 +53,18 @@ class Faults:
         if code not in _CODES:
             raise ValueError(f"injected failures use 409, 429, 500 or 504, not {code}")
         self._failures.append(_Failure(verb, resource, code, count))
+
+    def refuse_next(
+        self,
+        count: int,
+        answer: status.ApiError,
+        *,
+        verb: str | None = None,
+        resource: str | None = None,
+    ) -> None:
+        """Answer the next `count` matching requests with `answer`, unchanged; `clear` lifts
+        it sooner."""
+        self._failures.append(_Failure(verb, resource, answer.code, count, answer))
 
     def delay(
         self, seconds: float, *, verb: str | None = None, resource: str | None = None
@@ -79,7 +95,7 @@ class Faults:
             if failure.remaining > 0 and failure.matches(verb, resource):
                 failure.remaining -= 1
                 self.injected += 1
-                raise _error(failure.code, resource, name)
+                raise failure.answer or _error(failure.code, resource, name)
 
 
 def _error(code: int, resource: str, name: str) -> status.ApiError:

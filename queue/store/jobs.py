@@ -460,16 +460,21 @@ async def requeue(
     preempted: bool = False,
     backoff_s: float = 0.0,
     failures: Sequence[Mapping[str, object]] = (),
+    waiting: explain.PendingReason | None = None,
 ) -> None:
     """Release the gang whole and queue it again with its original submission time (rule 6, 8);
-    each failed replica's node, exit code and message go into the history."""
+    each failed replica's node, exit code and message go into the history. A gang requeued
+    for a problem of gangq's own (rule 14) counts as neither a restart nor a preemption, and
+    shows `waiting` as its reason until its backoff ends and the cycle judges it again."""
     row = await _live(session, key)
     instant = timestamps.to_datetime(at)
     freed = (await reservations.release(session, [row.id], at=instant))[row.id]
     row.phase, row.evicting, row.borrowed = QUEUED, False, 0
     row.admitted_at = row.started_at = row.reserved_start_at = row.reserved_nodes = None
     row.not_before = timestamps.to_datetime(at + backoff_s) if backoff_s > 0 else None
-    if preempted:
+    if waiting is not None:
+        row.pending_code, row.pending_message = str(waiting.code), waiting.message
+    elif preempted:
         row.preemptions += 1
     else:
         row.restarts += 1

@@ -1,4 +1,5 @@
-"""Refusals and reasons: a write the API server refuses for good ends the job with its words,
+"""Refusals and reasons: a write the API server refuses for the job's spec ends the job with
+its words, one refused for gangq's own fault leaves it queued with the controller's problem,
 failing writes pause per object, and a job's status says the reason REST says."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import pytest
 from gangq.queue.config import QuotaConfig, TenantConfig
 from gangq.queue.kube import resources, retry
 from gangq.queue.kube.client import KubeError
-from tests.controller import bad_input
+from tests.controller import api_refusals, bad_input
 from tests.controller.conftest import Harness, training_job, wait_for
 
 
@@ -26,7 +27,7 @@ async def test_a_pod_the_api_server_refuses_ends_the_job_with_its_words(
     await wait_for(lambda: harness.phase("noimage") == "Failed", within_s=30)
     shown = bad_input.status_of(harness, "noimage", "ml-train")
     assert shown["reason"].startswith(
-        "invalid: the API server refused create Pod ml-train/noimage-"
+        "invalid: the API server refused creation of Pod ml-train/noimage-"
     )
     assert "spec.containers[0].image: Required value" in shown["reason"]
     admissible = bad_input.condition(harness, "noimage", "ml-train", "Admissible")
@@ -86,15 +87,15 @@ async def test_a_new_reason_reaches_the_status_without_waiting_for_a_queue_refre
 def test_failing_calls_pause_their_object_doubling_up_to_a_cap() -> None:
     clock = [0.0]
     backoff = retry.ObjectBackoff(clock=lambda: clock[0])
-    pauses = [backoff.failed("create Pod a/x-0") for _ in range(12)]
+    pauses = [backoff.failed("creation of Pod a/x-0") for _ in range(12)]
     assert pauses[:4] == [1.0, 2.0, 4.0, 8.0]
     assert pauses[-1] == retry.OBJECT_MAX_PAUSE_S
-    assert backoff.remaining_s("create Pod a/x-0") == retry.OBJECT_MAX_PAUSE_S
-    assert backoff.remaining_s("create Pod a/x-1") == 0.0  # per object
+    assert backoff.remaining_s("creation of Pod a/x-0") == retry.OBJECT_MAX_PAUSE_S
+    assert backoff.remaining_s("creation of Pod a/x-1") == 0.0  # per object
     clock[0] += retry.OBJECT_MAX_PAUSE_S
-    assert backoff.remaining_s("create Pod a/x-0") == 0.0
-    backoff.succeeded("create Pod a/x-0")
-    assert backoff.failed("create Pod a/x-0") == 1.0
+    assert backoff.remaining_s("creation of Pod a/x-0") == 0.0
+    backoff.succeeded("creation of Pod a/x-0")
+    assert backoff.failed("creation of Pod a/x-0") == 1.0
 
 
 async def test_a_permanent_refusal_is_not_retried_and_is_collected() -> None:
@@ -107,13 +108,125 @@ async def test_a_permanent_refusal_is_not_retried_and_is_collected() -> None:
 
     backoff = retry.ObjectBackoff()
     with retry.collecting() as collected, pytest.raises(KubeError) as caught:
-        await asyncio.gather(retry.retrying(refused, what="create Pod a/x-0", backoff=backoff))
+        await asyncio.gather(retry.retrying(refused, what="creation of Pod a/x-0", backoff=backoff))
     assert caught.value.status == 422
     assert calls == 1
     assert collected.messages == [
-        'create Pod a/x-0: Pod "x-0" is invalid: spec.containers[0].image: Required value'
+        'creation of Pod a/x-0: Pod "x-0" is invalid: spec.containers[0].image: Required value'
     ]
     # the object pauses: the next call is not even sent
     with pytest.raises(retry.BackingOff):
-        await retry.retrying(refused, what="create Pod a/x-0", backoff=backoff)
+        await retry.retrying(refused, what="creation of Pod a/x-0", backoff=backoff)
     assert calls == 1
+
+
+async def _queued_for_gangq(
+    harness: Harness, database_url: str, tmp_path: Path, *, name: str, namespace: str, said: str
+) -> None:
+    """The job waits Queued with `said`, in its status and in REST, holding no devices; the
+    API server refusing gangq never ends it nor counts as a restart."""
+    await wait_for(
+        lambda: bad_input.status_of(harness, name, namespace).get("reason") == said, within_s=30
+    )
+    shown = bad_input.status_of(harness, name, namespace)
+    assert (shown["phase"], shown["restarts"]) == ("Queued", 0)
+    admitted = bad_input.condition(harness, name, namespace, "Admitted")
+    assert (admitted["status"], admitted["reason"]) == ("False", "Controller")
+    admissible = bad_input.condition(harness, name, namespace, "Admissible")
+    assert (admissible["status"], admissible["reason"]) == ("True", "Valid")
+    events = bad_input.kube_events(harness, name, namespace, "ApiServerRefused")
+    assert events and {(e["type"], e["message"]) for e in events} == {("Warning", said)}
+    async with bad_input.rest(database_url, tmp_path) as api:
+        deadline = asyncio.get_running_loop().time() + 15
+        while True:  # between two tries the job is briefly admitted again
+            out = await bad_input.job_out(api, namespace, name)
+            if out["phase"] == "Queued" or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.05)
+    assert out["phase"] == "Queued"
+    assert out["reason"] == {"code": "controller", "message": said}
+    assert out["placement"] == []  # its devices are released while it waits
+    counts = await bad_input.stored(harness.engine, namespace, name)
+    assert counts.get("failed", 0) == 0, counts
+
+
+def _api_errors(harness: Harness, resource: str, code: str) -> float:
+    found = harness.metrics["a"].registry.get_sample_value(
+        "gangq_api_errors_total", {"resource": resource, "code": code}
+    )
+    return found or 0.0
+
+
+async def test_an_allocation_refused_for_a_missing_permission_leaves_the_job_queued(
+    harness: Harness, database_url: str, tmp_path: Path
+) -> None:
+    """Case 11-01: without `resourceclaims/binding` every allocation gangq writes is a 422 about
+    `status.allocation`, a field of gangq's: the job waits with the controller's problem, and
+    runs once the permission is granted, without anyone touching it."""
+    harness.cluster.faults.refuse_next(
+        1_000_000,
+        api_refusals.missing_binding("llm-prod-0"),
+        verb="patch",
+        resource="resourceclaims",
+    )
+    harness.start()
+    body = training_job(
+        "llm-prod", namespace="inference", tier="prod-inference", replicas=1, run_seconds=None
+    )
+    await harness.kube.create(resources.TRAINING_JOBS, "inference", body)
+    said = (
+        "controller: the API server refused gangq's allocation of inference/llm-prod-0: "
+        "missing permission patch resourceclaims/binding"
+    )
+    await _queued_for_gangq(
+        harness, database_url, tmp_path, name="llm-prod", namespace="inference", said=said
+    )
+    assert _api_errors(harness, "resourceclaims", "422") >= 1
+
+    harness.cluster.faults.clear()  # the permission is granted
+    await wait_for(lambda: harness.phase("llm-prod", "inference") == "Running", within_s=30)
+    claims = harness.objects(resources.RESOURCE_CLAIMS, "inference")
+    assert [c["metadata"]["name"] for c in claims] == ["llm-prod-0"]  # none left behind
+    assert bad_input.status_of(harness, "llm-prod", "inference")["restarts"] == 0
+
+
+async def test_a_pod_create_forbidden_to_gangq_leaves_the_job_queued(
+    harness: Harness, database_url: str, tmp_path: Path
+) -> None:
+    harness.cluster.faults.refuse_next(
+        1_000_000,
+        api_refusals.forbidden("create", "pods", "ml-train"),
+        verb="create",
+        resource="pods",
+    )
+    harness.start()
+    body = training_job("forbidden", replicas=2, run_seconds=None)
+    await harness.kube.create(resources.TRAINING_JOBS, "ml-train", body)
+    said = (
+        "controller: the API server refused gangq's creation of Pod ml-train/forbidden-1: "
+        "missing permission create pods"
+    )
+    await _queued_for_gangq(
+        harness, database_url, tmp_path, name="forbidden", namespace="ml-train", said=said
+    )
+    assert _api_errors(harness, "pods", "403") >= 1
+
+    harness.cluster.faults.clear()
+    await wait_for(lambda: harness.phase("forbidden") == "Running", within_s=30)
+    claims = harness.objects(resources.RESOURCE_CLAIMS, "ml-train")
+    assert sorted(c["metadata"]["name"] for c in claims) == ["forbidden-0", "forbidden-1"]
+
+
+async def test_writes_refused_to_gangq_are_tried_again_ever_more_rarely(harness: Harness) -> None:
+    """No hot loop against the API server: each refusal doubles the pause before the next
+    try (1 s, 2 s, 4 s... capped), so a refusal that lasts costs a handful of requests."""
+    faults = harness.cluster.faults
+    refusal = api_refusals.forbidden("create", "pods", "ml-train")
+    faults.refuse_next(1_000_000, refusal, verb="create", resource="pods")
+    harness.start()
+    body = training_job("patient", replicas=1, run_seconds=None)
+    await harness.kube.create(resources.TRAINING_JOBS, "ml-train", body)
+    await wait_for(lambda: faults.injected >= 1, within_s=30)
+    await asyncio.sleep(8.0)
+    assert 2 <= faults.injected <= 5, faults.injected
+    assert harness.phase("patient") in ("Queued", "Admitted")

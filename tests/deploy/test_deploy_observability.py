@@ -31,6 +31,7 @@ REQUIRED_ALERTS = {
     "GangqGangStartFailures",
     "GangqLeaderMissing",
     "GangqDatabaseUnreachable",
+    "GangqWritesRefused",
 }
 
 
@@ -278,6 +279,27 @@ ALERT_SCENARIOS: list[dict[str, Any]] = [
                 tier="training",
                 reason="timeout",
             ),
+        ],
+    },
+    {
+        "name": "the API server refuses gangq's claim allocations, until RBAC is fixed",
+        "interval": "1m",
+        "input_series": [
+            {
+                "series": 'gangq_api_errors_total{resource="resourceclaims",code="422"}',
+                "values": "0x5 1 2 2 3 3 3 3x40",
+            }
+        ],
+        "alert_rule_test": [
+            silent("GangqWritesRefused", "4m"),
+            firing(
+                "GangqWritesRefused",
+                "8m",
+                severity="critical",
+                resource="resourceclaims",
+                code="422",
+            ),
+            silent("GangqWritesRefused", "40m"),
         ],
     },
     {
