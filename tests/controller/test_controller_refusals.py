@@ -230,3 +230,41 @@ async def test_writes_refused_to_gangq_are_tried_again_ever_more_rarely(harness:
     await asyncio.sleep(8.0)
     assert 2 <= faults.injected <= 5, faults.injected
     assert harness.phase("patient") in ("Queued", "Admitted")
+
+
+async def test_a_new_leader_keeps_a_job_refused_to_gangq_queued_and_leaks_nothing(
+    harness: Harness, database_url: str, tmp_path: Path
+) -> None:
+    """The leader dies with the job's gang half-made; the next one meets the same refusal,
+    tears the gang down the same way, and builds it whole once the writes are accepted."""
+    faults = harness.cluster.faults
+    faults.refuse_next(
+        1_000_000,
+        api_refusals.forbidden("create", "pods", "ml-train"),
+        verb="create",
+        resource="pods",
+    )
+    harness.start()
+    body = training_job("handover", replicas=2, run_seconds=None)
+    await harness.kube.create(resources.TRAINING_JOBS, "ml-train", body)
+    await wait_for(lambda: faults.injected >= 1, within_s=30)
+    await harness.kill()
+    refused = faults.injected
+    harness.start("b")
+    await wait_for(lambda: faults.injected > refused, within_s=30)
+    said = (
+        "controller: the API server refused gangq's creation of Pod ml-train/handover-1: "
+        "missing permission create pods"
+    )
+    await _queued_for_gangq(
+        harness, database_url, tmp_path, name="handover", namespace="ml-train", said=said
+    )
+
+    faults.clear()
+    await wait_for(lambda: harness.phase("handover") == "Running", within_s=30)
+    pods = harness.objects(resources.PODS, "ml-train")
+    claims = harness.objects(resources.RESOURCE_CLAIMS, "ml-train")
+    gang = {p["metadata"]["labels"]["gangq.dev/gang"] for p in pods}
+    assert len(gang) == 1 and len(pods) == 2
+    assert {c["metadata"]["labels"]["gangq.dev/gang"] for c in claims} == gang
+    assert sorted(c["metadata"]["name"] for c in claims) == ["handover-0", "handover-1"]
