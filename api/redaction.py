@@ -18,9 +18,11 @@ from gangq.api import auth
 OTHER = "a job of another tenant"
 HIGHER_TIER = "a higher-tier job of another tenant"
 _NAME = r"[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?"
+# A scale-up gang's key is its job's with `+<first replica>` (PRODUCT §5): the suffix goes too.
+_ENTRY = rf"{_NAME}(?:\+[0-9]+)?"
 # A job key stands alone: a device id (driver/pool/device) has a third part, a fraction
 # ("12/16") has no letter; both are left as they are.
-_KEY = re.compile(rf"(?<![\w./-])(preempted by )?({_NAME})/({_NAME})(?![\w/-])")
+_KEY = re.compile(rf"(?<![\w./-])(preempted by )?({_NAME})/({_ENTRY})(?![\w/-])")
 _RUN = re.compile(rf"{OTHER}(?:(?:, | and ){OTHER})+")
 
 Redact = Callable[[str], str]

@@ -6,7 +6,8 @@ conversions from store records. It must not query anything or decide permissions
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -16,9 +17,16 @@ from pydantic_core import PydanticCustomError
 
 from gangq.api import redaction
 from gangq.queue.core import capacity, model
+from gangq.queue.kube import scale
 from gangq.queue.store import events, jobs, runs, tenants
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+ENTRY_NAME_PATTERN = (
+    rf"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?({re.escape(scale.SEPARATOR)}[1-9][0-9]{{0,8}})?$"
+)
+"""A queue entry's name: a TrainingJob's, or a scale-up gang's `<job>+<first replica>`."""
+ENTRY_NAME_MAX = 253 + 10
+"""A TrainingJob name's longest, `+` and the first replica's at most 9 digits."""
 # A tier as the TrainingJob CRD accepts it in spec.tier.
 TierName = Annotated[
     str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -63,6 +71,14 @@ class PendingReasonOut(Schema):
     message: str
 
 
+class ScaleUpOut(Schema):
+    job: str = Field(description="name of the TrainingJob whose replicas the gang adds")
+    first_replica: int = Field(
+        description="the job's replica index of the gang's first replica; the gang runs "
+        "replicas firstReplica .. firstReplica + replicas - 1"
+    )
+
+
 class JobOut(Schema):
     namespace: str
     name: str
@@ -98,6 +114,11 @@ class JobOut(Schema):
     reserved_nodes: list[str] = Field(
         default_factory=list, description="nodes the backfill reservation holds for it"
     )
+    scale_up: ScaleUpOut | None = Field(
+        default=None,
+        description="set on a scale-up gang, the queue entry `<job>+<first replica>` that "
+        "admits a running job's added replicas (PRODUCT §5); null on a job's own entry",
+    )
 
     @classmethod
     def of(
@@ -106,6 +127,7 @@ class JobOut(Schema):
         """The ETA is relative to `now`, so it is computed per response, never stored;
         `redact` rewrites the reason for the caller (other tenants' job names)."""
         namespace, _, name = record.key.partition("/")
+        job, first = scale.split_name(name)
         reason = record.reason
         return cls(
             namespace=namespace,
@@ -136,6 +158,7 @@ class JobOut(Schema):
             if record.reserved_start_at is None
             else max(0.0, record.reserved_start_at - now),
             reserved_nodes=list(record.reserved_nodes),
+            scale_up=ScaleUpOut(job=job, first_replica=first) if first else None,
         )
 
 
@@ -147,13 +170,16 @@ class JobPageOut(Schema):
 
 
 class ReplicaPlacementOut(Schema):
-    replica: int
+    replica: int = Field(description="the job's replica index (its pod is `<job>-<replica>`)")
     node: str
     devices: list[str] = Field(description="device ids driver/pool/device")
 
     @classmethod
-    def of(cls, placement: model.ReplicaPlacement) -> ReplicaPlacementOut:
-        return cls(replica=placement.replica, node=placement.node, devices=list(placement.devices))
+    def of(cls, placement: model.ReplicaPlacement, *, first: int = 0) -> ReplicaPlacementOut:
+        """`first`: a scale-up gang counts its replicas from 0, its job from `first`."""
+        return cls(
+            replica=first + placement.replica, node=placement.node, devices=list(placement.devices)
+        )
 
 
 class EventOut(Schema):
@@ -205,11 +231,38 @@ class PredictionOut(Schema):
         )
 
 
-class JobDetailOut(Schema):
+class GangDetailOut(Schema):
+    """One queue entry: a job's own gang, or one of its scale-up gangs."""
+
     job: JobOut
-    placement: list[ReplicaPlacementOut]
+    placement: list[ReplicaPlacementOut] = Field(description="the devices it holds now")
+    last_placement: list[ReplicaPlacementOut] = Field(
+        default_factory=list,
+        description="where its latest admission placed it, kept after the devices are "
+        "released: where a finished or requeued job ran last; empty if never admitted",
+    )
     history: list[EventOut]
+
+    @classmethod
+    def of(
+        cls, detail: jobs.JobDetail, *, now: float, redact: redaction.Redact = redaction.identity
+    ) -> GangDetailOut:
+        first = scale.first_replica(detail.job.key)
+        return GangDetailOut(
+            job=JobOut.of(detail.job, now=now, redact=redact),
+            placement=[ReplicaPlacementOut.of(p, first=first) for p in detail.placement],
+            last_placement=[ReplicaPlacementOut.of(p, first=first) for p in detail.last_placement],
+            history=[EventOut.of(e, redact=redact) for e in detail.history],
+        )
+
+
+class JobDetailOut(GangDetailOut):
     prediction: PredictionOut | None = None
+    scale_ups: list[GangDetailOut] = Field(
+        default_factory=list,
+        description="a job's scale-up gangs, oldest first, finished ones included (PRODUCT "
+        "§5); empty for a scale-up gang itself",
+    )
 
     @classmethod
     def of(
@@ -219,12 +272,12 @@ class JobDetailOut(Schema):
         now: float,
         redact: redaction.Redact = redaction.identity,
         estimate: runs.Estimate | None = None,
+        scale_ups: Sequence[jobs.JobDetail] = (),
     ) -> JobDetailOut:
         return cls(
-            job=JobOut.of(detail.job, now=now, redact=redact),
-            placement=[ReplicaPlacementOut.of(p) for p in detail.placement],
-            history=[EventOut.of(e, redact=redact) for e in detail.history],
+            **dict(GangDetailOut.of(detail, now=now, redact=redact)),
             prediction=None if estimate is None else PredictionOut.of(estimate),
+            scale_ups=[GangDetailOut.of(gang, now=now, redact=redact) for gang in scale_ups],
         )
 
 

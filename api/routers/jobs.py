@@ -15,12 +15,18 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, status
 from gangq.api import auth, published, redaction, schemas
 from gangq.api.deps import PrincipalDep, SessionDep
 from gangq.api.routers import access
+from gangq.queue.kube import scale
 from gangq.queue.store import jobs, runs
 from gangq.queue.store.models import PHASES
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=schemas.AUTHENTICATED_ERRORS)
 
-NameParam = Annotated[str, Path(min_length=1, max_length=253, pattern=schemas.NAME_PATTERN)]
+NamespaceParam = Annotated[str, Path(min_length=1, max_length=253, pattern=schemas.NAME_PATTERN)]
+# What `/v1/jobs` lists: a TrainingJob's own entry, or a scale-up gang `<job>+<first replica>`.
+EntryNameParam = Annotated[
+    str,
+    Path(min_length=1, max_length=schemas.ENTRY_NAME_MAX, pattern=schemas.ENTRY_NAME_PATTERN),
+]
 # Filters are names: text that could never match one (a NUL byte, spaces) is a 422 here,
 # not a query PostgreSQL refuses.
 TenantFilter = Annotated[
@@ -92,11 +98,12 @@ async def get_job(
     request: Request,
     principal: PrincipalDep,
     session: SessionDep,
-    namespace: NameParam,
-    name: NameParam,
+    namespace: NamespaceParam,
+    name: EntryNameParam,
 ) -> schemas.JobDetailOut:
-    """One job: position, pending reason, ETA, placement, predicted runtime, the work an
-    eviction would destroy now, and its whole event history."""
+    """One job: position, pending reason, ETA, placement (now, and of its last attempt),
+    predicted runtime, the work an eviction would destroy now, its whole event history and
+    its scale-up gangs. A scale-up gang listed by `/v1/jobs` reads the same way, alone."""
     # A job of another tenant is reported missing, so its existence does not leak; the
     # namespace's tenant is checked before anything is read, so neither does the time taken.
     missing = HTTPException(
@@ -110,9 +117,15 @@ async def get_job(
         raise missing
     now = time.time()
     estimate = await runs.estimate(session, detail.job.key, placement=detail.placement, now=now)
+    scale_ups = (
+        ()
+        if scale.first_replica(detail.job.key)
+        else await jobs.get_entries(session, namespace, uid_prefix=scale.uid_prefix(detail.job.uid))
+    )
     return schemas.JobDetailOut.of(
         detail,
         now=now,
         redact=redactor(request, principal, namespace=namespace),
         estimate=estimate,
+        scale_ups=scale_ups,
     )

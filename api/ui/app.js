@@ -28,11 +28,26 @@ export async function api(path) {
   }
   const body = await answer.json().catch(() => ({}));
   if (!answer.ok) {
-    const error = new Error(body.detail || `HTTP ${answer.status}`);
+    const error = new Error(problem(answer.status, body.detail));
     error.status = answer.status;
     throw error;
   }
   return body;
+}
+
+// The API's errors say what is wrong in `detail`: a sentence, or (FastAPI's 422) a list of
+// {loc, msg} objects, one per refused field. A body without one (a proxy's page) is named by
+// its status alone.
+function problem(status, detail) {
+  if (typeof detail === "string" && detail) return detail;
+  if (Array.isArray(detail) && detail.length) {
+    return detail.map((item) => {
+      if (!item || typeof item !== "object") return String(item);
+      const where = Array.isArray(item.loc) ? item.loc.join(" ") : "";
+      return where ? `${where}: ${item.msg}` : String(item.msg);
+    }).join("; ");
+  }
+  return `HTTP ${status}`;
 }
 
 function signOut(message) {

@@ -26,10 +26,18 @@ export function table(caption, headings, rows) {
   );
 }
 
+// A scale-up gang (`ns/<job>+<first replica>`, PRODUCT §5) is part of its job: its links open
+// the job's page, which shows the job's gangs together.
+export function jobHref(key) {
+  const [namespace, entry] = key.split("/");
+  const job = entry.split("+")[0];
+  return `#/jobs/${encodeURIComponent(namespace)}/${encodeURIComponent(job)}`;
+}
+
 export function jobLink(key) {
   const [namespace, name] = key.split("/");
-  if (!name) return key;
-  return el("a", { href: `#/jobs/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}` }, key);
+  if (!namespace || !name) return key;
+  return el("a", { href: jobHref(key) }, key);
 }
 
 export function when(iso) {

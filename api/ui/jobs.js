@@ -1,6 +1,6 @@
 // Jobs: the latest jobs, and one job with its spec, placement, history and log commands.
 import { api } from "./app.js";
-import { el, table, jobLink, when, duration } from "./dom.js";
+import { el, table, jobHref, jobLink, when, duration } from "./dom.js";
 
 export const topics = ["jobs"];
 
@@ -16,14 +16,17 @@ async function list() {
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const [namespace, name] = input.value.trim().split("/");
-    if (namespace && name) location.hash = `#/jobs/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}`;
+    if (namespace && name) location.hash = jobHref(`${namespace}/${name}`);
   });
   return el("section", { "aria-labelledby": "jobs-title" },
     el("h1", { id: "jobs-title" }, "Jobs"), form,
     table(`Latest ${page.items.length} of ${page.total} jobs you may read`,
       ["Job", "Tenant", "Tier", "Gang", "Phase", "Submitted", "Why"],
-      page.items.map((j) => [jobLink(`${j.namespace}/${j.name}`), j.tenant, j.tier,
-        `${j.replicas} × ${j.devicesPerReplica}`, j.phase, when(j.submittedAt),
+      page.items.map((j) => [
+        el("span", {}, jobLink(`${j.namespace}/${j.name}`), j.scaleUp
+          ? el("span", { class: "muted" }, ` scale-up of ${j.scaleUp.job}: ${replicaRange(j)}`)
+          : ""),
+        j.tenant, j.tier, `${j.replicas} × ${j.devicesPerReplica}`, j.phase, when(j.submittedAt),
         j.reason ? j.reason.message : ""])));
 }
 
@@ -40,12 +43,21 @@ async function detail(namespace, name) {
   }
   const job = body.job;
   const p = body.prediction || {};
+  const scaleUps = body.scaleUps || [];
+  const live = scaleUps.filter((g) => !FINISHED.includes(g.job.phase));
+  const added = live.reduce((sum, g) => sum + g.job.replicas, 0);
+  const jobName = job.scaleUp ? job.scaleUp.job : job.name;
+  const first = job.scaleUp ? job.scaleUp.firstReplica : 0;
   const root = el("section", { "aria-labelledby": "job-title" },
-    el("h1", { id: "job-title" }, `Job ${job.namespace}/${job.name}`),
+    el("h1", { id: "job-title" }, job.scaleUp
+      ? `Scale-up gang ${job.namespace}/${job.name}` : `Job ${job.namespace}/${job.name}`),
+    job.scaleUp ? el("p", {}, `It adds ${replicaRange(job)} to job `,
+      jobLink(`${job.namespace}/${jobName}`), " as a gang of its own.") : "",
     el("dl", { class: "spec" },
       ...pair("Phase", job.phase + (job.evicting ? " (being evicted)" : "")),
       ...pair("Tenant / tier", `${job.tenant} / ${job.tier} (priority ${job.priority})`),
-      ...pair("Gang", `${job.replicas} replicas × ${job.devicesPerReplica} ${job.deviceClassName}`),
+      ...pair("Gang", `${job.replicas} replicas × ${job.devicesPerReplica} ${job.deviceClassName}` +
+        (added ? ` (+ ${added} in scale-up gangs)` : "")),
       ...pair("Why it waits", job.reason ? job.reason.message : "—"),
       ...pair("Queue position", job.queuePosition ?? "—"),
       ...pair("Reserved start", job.reservedStartAt
@@ -61,41 +73,88 @@ async function detail(namespace, name) {
         : `${(p.lostWorkDeviceSeconds / 3600).toFixed(2)} device-h`),
     ));
   root.append(el("h2", {}, "Placement"));
-  root.append(body.placement.length
-    ? table("Replicas and their devices", ["Replica", "Node", "Devices"],
-      body.placement.map((r) => [r.replica, r.node, el("code", {}, r.devices.join(" "))]))
-    : el("p", { class: "muted" }, "Holds no devices now."));
+  root.append(...placement(body, live));
+  if (scaleUps.length) {
+    root.append(el("h2", {}, "Scale-up gangs"));
+    root.append(table("Replicas added while it ran, each admitted as a gang of its own",
+      ["Gang", "Replicas", "Phase", "Submitted", "Admitted", "Finished", "Why"],
+      scaleUps.map(({ job: g }) => [g.name, replicaRange(g), g.phase, when(g.submittedAt),
+        when(g.admittedAt), when(g.finishedAt), g.reason ? g.reason.message : ""])));
+  }
   root.append(el("h2", {}, "Logs"));
-  const replicas = Math.max(job.replicas, 1);
+  const last = Math.max(first + job.replicas,
+    ...live.map((g) => g.job.scaleUp.firstReplica + g.job.replicas));
+  const replicas = [...Array(Math.max(last - first, 1)).keys()].map((i) => first + i);
   root.append(el("pre", { "aria-label": "Commands for the logs of its pods" },
-    [...Array(replicas).keys()].map((i) =>
-      `kubectl logs -n ${job.namespace} ${job.name}-${i}\n` +
-      `gangq logs ${job.namespace}/${job.name} --replica ${i}\n`).join("")));
+    replicas.map((i) =>
+      `kubectl logs -n ${job.namespace} ${jobName}-${i}\n` +
+      `gangq logs ${job.namespace}/${jobName} --replica ${i}\n`).join("")));
   root.append(el("h2", {}, "History"));
+  const entries = [
+    ...body.history.map((e) => ({ e, gang: null, offset: first })),
+    ...scaleUps.flatMap((g) => g.history.map((e) =>
+      ({ e, gang: g.job.name, offset: g.job.scaleUp.firstReplica }))),
+  ].sort((a, b) => Date.parse(a.e.at) - Date.parse(b.e.at));
   root.append(el("ol", { class: "timeline", "aria-label": "History, oldest first" },
-    body.history.map((e) => el("li", { class: e.kind },
+    entries.map(({ e, gang, offset }) => el("li", { class: e.kind },
       el("strong", {}, e.kind), " ", el("time", { datetime: e.at }, when(e.at)),
+      gang ? el("span", {}, ` of scale-up gang ${gang}`) : "",
       e.actor ? el("span", { class: "muted" }, ` by ${e.actor}`) : "",
       e.reason ? el("div", {}, e.reason) : "",
-      details(e.details)))));
+      details(e.details, offset)))));
   return root;
+}
+
+const FINISHED = ["Succeeded", "Failed"];
+
+function replicaRange(job) {
+  const first = job.scaleUp ? job.scaleUp.firstReplica : 0;
+  const last = first + job.replicas - 1;
+  return last > first ? `replicas ${first}–${last}` : `replica ${first}`;
+}
+
+// The devices the job holds now, its own gang's and its scale-up gangs' together; when it
+// holds none, where its last attempt ran (a finished job's answer to "where did it run").
+function placement(body, live) {
+  const held = [body, ...live].flatMap((gang) =>
+    gang.placement.map((r) => ({ r, gang: gang === body ? "" : gang.job.name })));
+  if (held.length) {
+    held.sort((a, b) => a.r.replica - b.r.replica);
+    const withGang = live.length > 0;
+    return [table("Replicas and the devices they hold",
+      ["Replica", "Node", "Devices", ...(withGang ? ["Gang"] : [])],
+      held.map(({ r, gang }) => [r.replica, r.node, el("code", {}, r.devices.join(" ")),
+        ...(withGang ? [gang ? `scale-up ${gang}` : "the job's own"] : [])]))];
+  }
+  const ran = body.lastPlacement || [];
+  if (!ran.length) return [el("p", { class: "muted" }, "Holds no devices now, and never held any.")];
+  const nodes = [...new Set(ran.map((r) => r.node))];
+  return [
+    el("p", {}, `Holds no devices now. Its last attempt ran on ${nodes.join(", ")} ` +
+      `(${ran.reduce((sum, r) => sum + r.devices.length, 0)} devices):`),
+    table("Where its last attempt ran: replicas and the devices they held",
+      ["Replica", "Node", "Devices"],
+      ran.map((r) => [r.replica, r.node, el("code", {}, r.devices.join(" "))])),
+  ];
 }
 
 function pair(term, value) {
   return [el("dt", {}, term), el("dd", {}, value)];
 }
 
-function details(values) {
+// `first`: an admission records a scale-up gang's replicas from 0; its job counts them from
+// the gang's first replica, as the placement tables and the pods' names do.
+function details(values, first) {
   const entries = Object.entries(values || {});
   if (!entries.length) return "";
-  return el("div", { class: "muted mono" }, entries.map(([k, v]) => `${k}: ${shown(k, v)}`)
-    .join(" · "));
+  return el("div", { class: "muted mono" },
+    entries.map(([k, v]) => `${k}: ${shown(k, v, first)}`).join(" · "));
 }
 
-function shown(key, value) {
+function shown(key, value, first) {
   if (key === "placement" && Array.isArray(value)) {
-    return value.map((r) => `replica ${r.replica} on ${r.node} (${r.devices.length} devices)`)
-      .join("; ");
+    return value.map((r) =>
+      `replica ${first + r.replica} on ${r.node} (${r.devices.length} devices)`).join("; ");
   }
   return typeof value === "object" ? JSON.stringify(value) : value;
 }

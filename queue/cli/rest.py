@@ -214,11 +214,12 @@ def show_job(args: argparse.Namespace) -> int:
         ("Restarts", f"{job['restarts']} (preemptions {job['preemptions']})"),
     ]
     print("\n".join(f"{label + ':':<11}{value}" for label, value in facts))
-    if detail["placement"]:
-        print("\nPlacement:")
-        placement = [
-            (str(p["replica"]), p["node"], ", ".join(p["devices"])) for p in detail["placement"]
-        ]
+    # A job holding nothing (finished, or requeued) shows where its last attempt ran.
+    held = detail["placement"]
+    ran = held or detail.get("lastPlacement") or []
+    if ran:
+        print("\nPlacement:" if held else "\nLast attempt ran on (devices released):")
+        placement = [(str(p["replica"]), p["node"], ", ".join(p["devices"])) for p in ran]
         print(table.render(("replica", "node", "devices"), placement))
     print("\nHistory:")
     history = [(e["at"], e["kind"], e["actor"], e["reason"]) for e in detail["history"]]

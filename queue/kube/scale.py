@@ -36,6 +36,11 @@ def first_replica(key: str) -> int:
     return split_name(key.partition("/")[2])[1]
 
 
+def uid_prefix(job_uid: str) -> str:
+    """What the uid of every scale-up entry of the job with this uid starts with."""
+    return f"{job_uid}{UID_SEPARATOR}"
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """`add` replicas starting at `first` (0 adds nothing); `drop` queue entries to end;
@@ -83,7 +88,7 @@ def extension(job: model.PendingJob, *, first: int, add: int, now: float) -> mod
     return dataclasses.replace(
         job,
         key=model.JobKey(f"{namespace}/{name}{SEPARATOR}{first}"),
-        uid=f"{job.uid}{UID_SEPARATOR}{first}{UID_SEPARATOR}{round(now * 1000)}",
+        uid=f"{uid_prefix(job.uid)}{first}{UID_SEPARATOR}{round(now * 1000)}",
         replicas=add,
         submitted_at=now,
     )

@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gangq.queue.core import model
+from gangq.queue.core.device import DeviceId
 from gangq.queue.store import timestamps
 from gangq.queue.store.models import EventKind, EventRow
 
@@ -80,6 +82,45 @@ async def for_job(session: AsyncSession, job_key: str) -> tuple[Event, ...]:
         select(EventRow).where(EventRow.job_key == job_key).order_by(EventRow.id)
     )
     return tuple(_event(row) for row in rows)
+
+
+async def for_rows(session: AsyncSession, job_ids: Sequence[int]) -> dict[int, tuple[Event, ...]]:
+    """The histories of these job rows, oldest first: each queue entry's own, even where
+    several entries share a key (a job's scale-ups to the same replica, one after another)."""
+    found: dict[int, list[Event]] = {job_id: [] for job_id in job_ids}
+    rows = await session.scalars(
+        select(EventRow).where(EventRow.job_id.in_(list(job_ids))).order_by(EventRow.id)
+    )
+    for row in rows:
+        found[cast(int, row.job_id)].append(_event(row))
+    return {job_id: tuple(history) for job_id, history in found.items()}
+
+
+async def last_placements(
+    session: AsyncSession, job_ids: Sequence[int]
+) -> dict[int, tuple[model.ReplicaPlacement, ...]]:
+    """Per job row, the placement its latest admission recorded: where it ran last, which
+    outlives the reservations' release (a finished or requeued job's last attempt); rows
+    never admitted are left out."""
+    latest = (
+        select(func.max(EventRow.id))
+        .where(EventRow.job_id.in_(list(job_ids)), EventRow.kind == EventKind.ADMITTED)
+        .group_by(EventRow.job_id)
+    )
+    rows = await session.execute(
+        select(EventRow.job_id, EventRow.details).where(EventRow.id.in_(latest))
+    )
+    return {
+        cast(int, job_id): tuple(
+            model.ReplicaPlacement(
+                replica=int(replica["replica"]),
+                node=model.NodeName(str(replica["node"])),
+                devices=tuple(DeviceId(str(device)) for device in replica["devices"]),
+            )
+            for replica in details.get("placement") or ()
+        )
+        for job_id, details in rows
+    }
 
 
 async def recent(

@@ -113,7 +113,10 @@ class JobRecord:
 class JobDetail:
     job: JobRecord
     placement: tuple[model.ReplicaPlacement, ...]
+    """The devices it holds now."""
     history: tuple[events.Event, ...]
+    last_placement: tuple[model.ReplicaPlacement, ...] = ()
+    """Where its latest admission placed it, released or not: where a finished job ran."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -677,7 +680,42 @@ async def get_job(session: AsyncSession, key: str) -> JobDetail | None:
         return None
     placement = (await reservations.active_by_job(session, [row.id])).get(row.id, ())
     history = await events.for_job(session, key)
-    return JobDetail(job=_record_view(row), placement=placement, history=history)
+    last = (await events.last_placements(session, [row.id])).get(row.id, ())
+    return JobDetail(
+        job=_record_view(row), placement=placement, history=history, last_placement=last
+    )
+
+
+async def get_entries(
+    session: AsyncSession, namespace: str, *, uid_prefix: str
+) -> tuple[JobDetail, ...]:
+    """The queue entries of `namespace` whose uid starts with `uid_prefix`, oldest first,
+    each with its own placement and history: a job's scale-up gangs, whose uids extend the
+    job's (`kube/scale.py` names them)."""
+    rows = (
+        await session.scalars(
+            select(JobRow)
+            .where(
+                JobRow.namespace == namespace, JobRow.uid.startswith(uid_prefix, autoescape=True)
+            )
+            .order_by(JobRow.id)
+        )
+    ).all()
+    if not rows:
+        return ()
+    ids = [row.id for row in rows]
+    placements = await reservations.active_by_job(session, ids)
+    histories = await events.for_rows(session, ids)
+    last = await events.last_placements(session, ids)
+    return tuple(
+        JobDetail(
+            job=_record_view(row),
+            placement=placements.get(row.id, ()),
+            history=histories[row.id],
+            last_placement=last.get(row.id, ()),
+        )
+        for row in rows
+    )
 
 
 async def queue_summary(session: AsyncSession, *, now: float) -> tuple[QueueSummary, ...]:

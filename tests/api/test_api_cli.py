@@ -101,6 +101,10 @@ async def test_a_failed_job_shows_why_and_each_failed_replica(
     )
     assert code == 0
     assert f"Reason:    {why}" in out
+    assert "Placement:" not in out
+    ran = out.split("Last attempt ran on (devices released):\n")[1].split("\n\n")[0]
+    assert lines(ran)[0] == ["REPLICA", "NODE", "DEVICES"]
+    assert lines(ran)[1][0] == "0" and lines(ran)[1][1].startswith("node-")
     failed = out.split("Failed replicas:\n")[1]
     assert lines(failed)[1][1:] == [
         "0",

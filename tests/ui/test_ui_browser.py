@@ -97,9 +97,11 @@ def test_jobs_and_a_job_with_placement_history_and_log_commands(admin: Page) -> 
     open_page(admin, "jobs/inference/llm-prod")
     text = admin.inner_text("main")
     assert "prod / prod-inference" in text and "Running" in text
-    placement = admin.locator("main table tbody tr")
-    assert placement.count() == 2  # a row per replica of the job (the scale-up is a gang apart)
+    # A row per replica it runs: its own gang's two and the scale-up gang's third.
+    placement = admin.locator("main table").first.locator("tbody tr")
+    assert placement.count() == 3
     assert "gpu.nvidia.com/gpu-" in placement.first.inner_text()
+    assert "scale-up llm-prod+2" in placement.nth(2).inner_text()
     assert "kubectl logs -n inference llm-prod-0" in text
     assert "gangq logs inference/llm-prod --replica 1" in text
     kinds = admin.locator("main ol.timeline li strong").all_inner_texts()
@@ -107,6 +109,64 @@ def test_jobs_and_a_job_with_placement_history_and_log_commands(admin: Page) -> 
     started = admin.locator("main ol.timeline li.started").first.inner_text()
     assert "release_skew_ms: " in started
     screenshot(admin, "job")
+
+
+def test_every_listed_job_opens_a_scale_up_gang_inside_its_job(admin: Page) -> None:
+    open_page(admin, "jobs")
+    links = admin.locator("main table tbody tr td:first-child a")
+    listed = dict(links.evaluate_all("links => links.map(l => [l.textContent, l.hash])"))
+    assert listed["inference/llm-prod+2"] == "#/jobs/inference/llm-prod"
+    scale_up = admin.locator("main table tbody tr", has_text="inference/llm-prod+2")
+    assert "scale-up of llm-prod: replica 2" in scale_up.inner_text()
+    # Every link opens its job's page (a gang's and its job's are one page, opened once).
+    pages = {route: key.partition("+")[0] for key, route in listed.items()}
+    assert len(pages) == len(listed) - 1
+    for route, key in pages.items():
+        open_page(admin, route.removeprefix("#/"))
+        assert admin.inner_text("main h1") == f"Job {key}"
+        assert admin.locator("main .error").count() == 0, key
+    open_page(admin, "jobs")
+    open_page(admin, "jobs/inference/llm-prod")
+    gangs = admin.locator("main table", has_text="Replicas added while it ran")
+    assert "llm-prod+2" in gangs.inner_text() and "Running" in gangs.inner_text()
+    admitted = admin.locator("main ol.timeline li", has_text="of scale-up gang llm-prod+2").nth(1)
+    assert "placement: replica 2 on gpu-" in admitted.inner_text()
+    assert "kubectl logs -n inference llm-prod-2" in admin.inner_text("main pre")
+    screenshot(admin, "job-scale-up")
+    # At its own address, as the REST API names it, the gang reads alone.
+    open_page(admin, "jobs/inference/llm-prod%2B2")
+    assert admin.inner_text("main h1") == "Scale-up gang inference/llm-prod+2"
+    assert "It adds replica 2 to job inference/llm-prod" in admin.inner_text("main")
+    [replica] = admin.locator("main table").first.locator("tbody tr").all()
+    assert replica.locator("td").first.inner_text() == "2"
+    assert "kubectl logs -n inference llm-prod-2" in admin.inner_text("main pre")
+    assert admin.errors == []  # type: ignore[attr-defined]
+
+
+def test_a_finished_job_shows_the_nodes_and_devices_it_ran_on(admin: Page) -> None:
+    open_page(admin, "jobs/ml-train/train-llm")
+    text = admin.inner_text("main")
+    assert "Succeeded" in text
+    assert "Holds no devices now. Its last attempt ran on gpu-" in text
+    ran = admin.locator("main table", has_text="Where its last attempt ran").locator("tbody tr")
+    replicas = []
+    for row in ran.all():
+        replica, node, devices = row.locator("td").all_inner_texts()
+        replicas.append(replica)
+        assert node.startswith("gpu-")
+        assert len(devices.split()) == 8
+        assert all(d.startswith(f"gpu.nvidia.com/{node}/") for d in devices.split())
+    assert replicas == ["0", "1", "2", "3"]  # 4 x 8
+    screenshot(admin, "job-finished")
+
+
+def test_an_api_error_shows_its_message(admin: Page) -> None:
+    """FastAPI's 422 lists the refused fields as objects: the page says what they are."""
+    open_page(admin, "jobs/Inference/llm-prod")
+    alert = admin.inner_text("main [role=alert]")
+    assert alert.startswith("path namespace: String should match pattern"), alert
+    assert "[object Object]" not in admin.inner_text("main")
+    screenshot(admin, "job-error")
 
 
 def test_tenants_show_quotas_use_and_the_preemption_ledger(admin: Page) -> None:
