@@ -8,6 +8,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gangq.queue.kubesim import requestinfo
 from gangq.queue.kubesim.emulator import Emulator
 from tests.kubesim.conftest import Http, claim
 
@@ -247,3 +248,67 @@ async def test_a_put_needs_update_on_binding_and_unchanged_allocations_need_noth
     _, current, _ = await worker.request("GET", f"{CLAIMS}/c")
     code, _, _ = await worker.request("PUT", f"{CLAIMS}/c/status", current)
     assert code == 200
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "query", "expected"),
+    [
+        ("GET", "/api/v1/namespaces/ns", {}, ("get", "", "namespaces", "", "ns", "ns")),
+        (
+            "PUT",
+            "/api/v1/namespaces/ns/finalize",
+            {},
+            ("update", "", "namespaces", "finalize", "ns", "ns"),
+        ),
+        ("GET", "/api/v1/watch/namespaces/ns/pods", {}, ("watch", "", "pods", "", "ns", "")),
+        ("GET", "/api/v1/watch/nodes/gpu-0", {}, ("watch", "", "nodes", "", "", "gpu-0")),
+        ("GET", "/api/v1/nodes", {"watch": "1"}, ("watch", "", "nodes", "", "", "")),
+        (
+            "GET",
+            "/api/v1/pods",
+            {"fieldSelector": "spec.nodeName=a,metadata.name==p"},
+            ("list", "", "pods", "", "", "p"),
+        ),
+        (
+            "GET",
+            "/api/v1/pods",
+            {"fieldSelector": "metadata.name!=p"},
+            ("list", "", "pods", "", "", ""),
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/ns/pods/p/eviction",
+            {},
+            ("create", "", "pods", "eviction", "ns", "p"),
+        ),
+        ("POST", "/api/v1/namespaces/ns/bindings", {}, ("create", "", "bindings", "", "ns", "")),
+        (
+            "DELETE",
+            "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims",
+            {},
+            ("deletecollection", "resource.k8s.io", "resourceclaims", "", "ns", ""),
+        ),
+        ("GET", "/apis/nope.example/v1/things", {}, ("list", "nope.example", "things", "", "", "")),
+    ],
+)
+def test_request_attributes_come_from_the_url_as_upstream_parses_it(
+    method: str, path: str, query: dict[str, str], expected: tuple[str, ...]
+) -> None:
+    parsed = requestinfo.parse(method, path, query)
+    assert parsed.resource_request
+    assert (
+        parsed.verb,
+        parsed.api_group,
+        parsed.resource,
+        parsed.subresource,
+        parsed.namespace,
+        parsed.name,
+    ) == expected
+
+
+@pytest.mark.parametrize(
+    "path", ["/api", "/api/v1", "/apis", "/apis/resource.k8s.io/v1", "/version"]
+)
+def test_discovery_paths_are_not_resource_requests(path: str) -> None:
+    parsed = requestinfo.parse("GET", path, {})
+    assert (parsed.resource_request, parsed.verb, parsed.path) == (False, "get", path)
