@@ -1,10 +1,10 @@
 """One fault soak for `gangq bench soak`: scratch database, emulator, two replicas, jobs, faults.
 
 Owns the order of the run: set up (a fresh database on `DATABASE_URL`'s server, tenants, the
-in-process emulator, two `gangq run` replicas), then until the deadline submit the seeded job
-mix, inject faults and check the invariants; then stop the faults, let every job settle and
-count what is left (leaks, stuck jobs) and every asyncio error either side reported. It must
-not fix anything it finds.
+in-process emulator, two `gangq run` replicas as gangq's ServiceAccount with the RBAC of
+deploy/), then until the deadline submit the seeded job mix, inject faults and check the
+invariants; then stop the faults, let every job settle and count what is left (leaks, stuck
+jobs) and every asyncio error either side reported. It must not fix anything it finds.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from sqlalchemy.engine import make_url
 from gangq.queue.bench import soak_checks, soak_faults, soak_jobs, soak_replica
 from gangq.queue.core import model
 from gangq.queue.core.errors import GangqError
-from gangq.queue.demo import runner, stack
+from gangq.queue.demo import runner, serviceaccount, stack
 from gangq.queue.kubesim import kinds
 from gangq.queue.kubesim.cluster import Inventory
 from gangq.queue.kubesim.emulator import Emulator
@@ -94,7 +94,9 @@ async def soak(args: argparse.Namespace, *, echo: Echo) -> dict[str, Any]:
             _create_namespaces(cluster)
             token, token_file = stack.admin_token_file(directory)
             kubeconfig = directory / "kubeconfig"
-            kubeconfig.write_text(yaml.safe_dump(cluster.kubeconfig()))
+            # The replicas are gangq's ServiceAccount with the RBAC deploy/ ships.
+            controller_token = serviceaccount.controller_token(cluster)
+            kubeconfig.write_text(yaml.safe_dump(cluster.kubeconfig(controller_token)))
             logs = _log_directory(args.logs)
             replicas = [
                 soak_replica.Replica(name, url, kubeconfig, token_file, logs, echo)

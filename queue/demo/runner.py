@@ -2,9 +2,9 @@
 
 Owns the order of things: scratch database and migrations, the emulator with the scenario's
 cluster (its split-GPU nodes tainted) and the CRD, namespaces and tenants, the observers
-(watches on slices, claims, pods and TrainingJobs), the controller, the REST API, then the
-steps on their triggers until the story is over or the time is up. It must not judge the run
-itself (`story.py`, `probe.py` do).
+(watches on slices, claims, pods and TrainingJobs), the controller (as gangq's ServiceAccount
+with the RBAC of deploy/), the REST API, then the steps on their triggers until the story is
+over or the time is up. It must not judge the run itself (`story.py`, `probe.py` do).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from gangq.queue import config, controller
 from gangq.queue import metrics as gangq_metrics
 from gangq.queue.core.errors import GangqError
 from gangq.queue.demo import ledger as ledger_module
-from gangq.queue.demo import player, probe, report, stack, story, watcher
+from gangq.queue.demo import player, probe, report, serviceaccount, stack, story, watcher
 from gangq.queue.demo import scenario as scenario_module
 from gangq.queue.kube import cache
 from gangq.queue.kubesim import cluster
@@ -158,7 +158,11 @@ async def _start(
         domains=await _domains(api_client, settings.topology_keys),
     )
     await _observe(exits, api_client, observed, clock)
-    running = await _start_controller(exits, settings, api_client, engine)
+    # The controller is gangq's ServiceAccount with the RBAC deploy/ ships, as in a cluster.
+    controller_client = await exits.enter_async_context(
+        client.ApiClient(emulator.configuration(serviceaccount.controller_token(emulator)))
+    )
+    running = await _start_controller(exits, settings, controller_client, engine)
     directory = Path(exits.enter_context(stack.token_directory()))
     token, token_file = stack.admin_token_file(directory)
     viewers = stack.add_viewer_tokens(token_file, [t.name for t in scenario.tenants])

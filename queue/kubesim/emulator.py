@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import yaml
 from aiohttp import web
 
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.kubesim import cluster, kinds, status
+from gangq.queue.kubesim import authorization, cluster, kinds, patch, status
 from gangq.queue.kubesim.devicetaints import DeviceTaintEviction
 from gangq.queue.kubesim.faults import Faults
 from gangq.queue.kubesim.kubelet import Kubelets
@@ -29,7 +30,7 @@ from gangq.queue.kubesim.server import ApiServer
 from gangq.queue.kubesim.storage import WATCH_WINDOW, Storage
 from gangq.queue.kubesim.strategy import Strategy
 from gangq.queue.kubesim.tokenreview import TokenReviews
-from gangq.queue.kubesim.validation import core, crd, dra, pods
+from gangq.queue.kubesim.validation import core, crd, dra, pods, rbac
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
@@ -47,12 +48,17 @@ def _strategies() -> dict[str, Strategy]:
         kinds.RESOURCE_CLAIMS.key: dra.ResourceClaimStrategy(),
         "resource.k8s.io/resourceclaimtemplates": dra.ResourceClaimTemplateStrategy(),
         kinds.RESOURCE_SLICES.key: dra.ResourceSliceStrategy(),
+        kinds.ROLES.key: rbac.RoleStrategy(namespaced=True),
+        kinds.CLUSTER_ROLES.key: rbac.RoleStrategy(namespaced=False),
+        kinds.ROLE_BINDINGS.key: rbac.BindingStrategy(namespaced=True),
+        kinds.CLUSTER_ROLE_BINDINGS.key: rbac.BindingStrategy(namespaced=False),
         kinds.CRDS.key: crd.CustomResourceDefinitionStrategy(),
     }
 
 
 def new_registry(*, history_size: int = WATCH_WINDOW) -> Registry:
-    """A registry with every built-in type installed and the system namespaces created."""
+    """A registry with every built-in type installed, the system namespaces and the bootstrap
+    RBAC roles created."""
     registry = Registry(Storage(history_size=history_size))
     strategies = _strategies()
     for rt in kinds.BUILTIN:
@@ -60,6 +66,7 @@ def new_registry(*, history_size: int = WATCH_WINDOW) -> Registry:
     registry.install(kinds.EVENTS_V1, core.EventsV1Strategy())
     for name in SYSTEM_NAMESPACES:
         registry.create(kinds.NAMESPACES, "", {"metadata": {"name": name}})
+    authorization.bootstrap(registry)
     return registry
 
 
@@ -102,6 +109,9 @@ class Emulator:
     token_reviews: TokenReviews = field(default_factory=TokenReviews)
     """Tokens it issued (`token_reviews.issue(...)`), answered on POST .../tokenreviews."""
     registry: Registry = field(init=False)
+    authorizer: authorization.Authorizer = field(init=False)
+    """RBAC over the stored roles and bindings; `authorizer.requested` holds what each user
+    asked for."""
     scheduler: Scheduler = field(init=False)
     kubelets: Kubelets = field(init=False)
     device_taints: DeviceTaintEviction = field(init=False)
@@ -119,9 +129,11 @@ class Emulator:
         for path in self.crds:
             install_crd(self.registry, path)
         self.kubelets = Kubelets(self.registry, ready_seconds=self.ready_seconds)
+        self.authorizer = authorization.Authorizer(self.registry)
         server = ApiServer(
             self.registry,
             self.faults,
+            self.authorizer,
             token=self.token,
             bookmark_interval=self.bookmark_interval,
             token_reviews=self.token_reviews,
@@ -158,18 +170,28 @@ class Emulator:
         if self._runner is not None:
             await self._runner.cleanup()
 
-    def configuration(self) -> Any:
-        """A kubernetes_asyncio Configuration pointing at this emulator."""
+    def configuration(self, token: str | None = None) -> Any:
+        """A kubernetes_asyncio Configuration pointing at this emulator, with the admin token
+        or `token` (e.g. from `service_account_token`)."""
         from kubernetes_asyncio.client import Configuration
 
         configuration = Configuration(host=self.base_url)
-        if self.token:
-            configuration.api_key = {"BearerToken": self.token}
+        bearer = token or self.token
+        if bearer:
+            configuration.api_key = {"BearerToken": bearer}
             configuration.api_key_prefix = {"BearerToken": "Bearer"}
         return configuration
 
-    def kubeconfig(self) -> dict[str, Any]:
-        user: dict[str, Any] = {"token": self.token} if self.token else {}
+    def service_account_token(self, namespace: str, name: str) -> str:
+        """A token that authenticates as the ServiceAccount (what the kubelet mounts into its
+        pods); the ServiceAccount object itself is not needed, as RBAC does not read it."""
+        user = authorization.service_account(namespace, name)
+        return self.token_reviews.issue(user.name, groups=user.groups)
+
+    def kubeconfig(self, token: str | None = None) -> dict[str, Any]:
+        """A kubeconfig for this emulator, with the admin token or `token`."""
+        bearer = token or self.token
+        user: dict[str, Any] = {"token": bearer} if bearer else {}
         return {
             "apiVersion": "v1",
             "kind": "Config",
@@ -178,6 +200,27 @@ class Emulator:
             "contexts": [{"name": "kubesim", "context": {"cluster": "kubesim", "user": "kubesim"}}],
             "current-context": "kubesim",
         }
+
+    def apply(self, documents: Iterable[dict[str, Any]]) -> None:
+        """Server-side apply manifest documents as an admin (`kubectl apply --server-side`);
+        a kind the emulator does not serve names itself."""
+        served = {(rt.api_version, rt.kind): rt for rt in self.registry.types.values()}
+        for document in documents:
+            rt = served.get((str(document.get("apiVersion")), str(document.get("kind"))))
+            if rt is None:
+                raise InvalidInputError(
+                    f"{document.get('kind')} {document.get('apiVersion')} is not served"
+                )
+            metadata = document.get("metadata") or {}
+            namespace = str(metadata.get("namespace") or "default") if rt.namespaced else ""
+            self.registry.patch(
+                rt,
+                namespace,
+                str(metadata.get("name") or ""),
+                patch.APPLY_PATCH,
+                document,
+                field_manager="kubectl",
+            )
 
     @property
     def phantom_allocations(self) -> list[dra.PhantomAllocation]:

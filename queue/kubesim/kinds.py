@@ -158,6 +158,31 @@ BUILTIN: tuple[ResourceType, ...] = (
         namespaced=False,
         field_labels=("spec.nodeName", "spec.driver"),
     ),
+    ResourceType("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", namespaced=True),
+    ResourceType(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterroles",
+        "clusterrole",
+        "ClusterRole",
+        namespaced=False,
+    ),
+    ResourceType(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "rolebindings",
+        "rolebinding",
+        "RoleBinding",
+        namespaced=True,
+    ),
+    ResourceType(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterrolebindings",
+        "clusterrolebinding",
+        "ClusterRoleBinding",
+        namespaced=False,
+    ),
     ResourceType(
         "apiextensions.k8s.io",
         "v1",
@@ -191,7 +216,11 @@ LEASES = BUILTIN[6]
 DEVICE_CLASSES = BUILTIN[7]
 RESOURCE_CLAIMS = BUILTIN[8]
 RESOURCE_SLICES = BUILTIN[10]
-CRDS = BUILTIN[11]
+ROLES = BUILTIN[11]
+CLUSTER_ROLES = BUILTIN[12]
+ROLE_BINDINGS = BUILTIN[13]
+CLUSTER_ROLE_BINDINGS = BUILTIN[14]
+CRDS = BUILTIN[15]
 
 
 def from_crd(crd: dict[str, Any]) -> list[ResourceType]:

@@ -132,7 +132,7 @@ class Registry:
             self._check_namespace(rt, namespace)
         strategy.default(obj, self)
         strategy.normalize(obj)
-        causes = meta.name_causes(obj, dns_label=strategy.dns_label_names)
+        causes = strategy.name_causes(obj)
         if name:
             causes += meta.owner_reference_causes(obj) + meta.label_causes(obj)
             causes += meta.finalizer_causes(obj) + strategy.validate_create(obj, self)

@@ -1,7 +1,8 @@
 """The HTTP surface: aiohttp routes that turn kube-apiserver requests into registry calls.
 
 Owns URL parsing (/api/v1, /apis/<group>/<version>, namespaces, subresources, legacy /watch),
-bearer-token checks, request bodies (JSON, apply YAML), Status responses, Warning headers,
+bearer-token authentication and the authorization of each request (`authorization.py`
+decides), request bodies (JSON, apply YAML), Status responses, Warning headers,
 watch streaming and fault injection. It must not hold Kubernetes semantics: those live in
 `registry.py`, `listing.py`, `watch.py` and the per-kind strategies.
 """
@@ -20,12 +21,14 @@ import yaml
 from aiohttp import web
 
 from gangq.queue.kubesim import (
+    authorization,
     deletion,
     discovery,
     kinds,
     listing,
     openapi,
     patch,
+    requestinfo,
     selectors,
     status,
     tables,
@@ -89,6 +92,7 @@ def _aggregated(request: web.Request, body: dict[str, Any]) -> web.Response:
 class ApiServer:
     registry: Registry
     faults: Faults
+    authorizer: authorization.Authorizer
     token: str | None = None
     address: str = "127.0.0.1:6443"
     bookmark_interval: float = 60.0
@@ -103,8 +107,17 @@ class ApiServer:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         try:
-            self._authenticate(request)
-            return await self._route(request)
+            user = self._authenticate(request)
+            attributes = requestinfo.parse(request.method, request.path, request.query)
+            if user is not None:
+                self._authorize(user, attributes)
+            token = authorization.serving(
+                authorization.Request(user or authorization.ADMIN, attributes, self.authorizer)
+            )
+            try:
+                return await self._route(request)
+            finally:
+                authorization.done(token)
         except status.ApiError as error:
             return _error(error)
         except ConnectionResetError:
@@ -117,46 +130,28 @@ class ApiServer:
             log.warning("%s %s failed: %r", request.method, request.path, error)
             return _error(status.internal_error(f"Internal error occurred: {error!r}"))
 
-    def _authenticate(self, request: web.Request) -> None:
+    def _authenticate(self, request: web.Request) -> authorization.User | None:
+        """Who sent the request; None when the emulator runs without a token (no
+        authentication and no authorization, like an insecure port)."""
         if self.token is None:
-            return
+            return None
         header = request.headers.get("Authorization", "")
         if not header:
-            raise self._forbidden(request)
-        if header != f"Bearer {self.token}":
+            return authorization.ANONYMOUS
+        bearer = header.removeprefix("Bearer ")
+        if header == f"Bearer {self.token}":
+            return authorization.ADMIN
+        identity = self.token_reviews.authenticate(bearer) if bearer != header else None
+        if identity is None:
             raise status.ApiError(401, "Unauthorized", "Unauthorized")
+        groups = (*identity.groups, authorization.AUTHENTICATED)
+        return authorization.User(identity.user, groups)
 
-    def _forbidden(self, request: web.Request) -> status.ApiError:
-        """What RBAC answers system:anonymous (corpus 1-12)."""
-        user = 'User "system:anonymous"'
-        parts = [part for part in request.path.split("/") if part]
-        if parts[:2] == ["api", "v1"] and len(parts) > 2:
-            group, version, rest = "", "v1", parts[2:]
-        elif parts[:1] == ["apis"] and len(parts) > 3:
-            group, version, rest = parts[1], parts[2], parts[3:]
-        else:
-            message = f'forbidden: {user} cannot {request.method.lower()} path "{request.path}"'
-            return status.ApiError(403, "Forbidden", message, details={})
-        try:
-            target = self._target(group, version, rest)
-        except status.ApiError:
-            message = f'forbidden: {user} cannot {request.method.lower()} path "{request.path}"'
-            return status.ApiError(403, "Forbidden", message, details={})
-        verb = self._verb(request.method, target, watch=request.query.get("watch") in ("true", "1"))
-        scope = (
-            f'in the namespace "{target.namespace}"' if target.namespace else "at the cluster scope"
-        )
-        details: dict[str, Any] = {"name": target.name} if target.name else {}
-        if group:
-            details["group"] = group
-        details["kind"] = target.rt.plural
-        resource = f"{target.rt.plural}.{group}" if group else target.rt.plural
-        named = f' "{target.name}"' if target.name else ""
-        message = (
-            f"{resource}{named} is forbidden: {user} cannot {verb} resource "
-            f'"{target.rt.plural}" in API group "{group}" {scope}'
-        )
-        return status.ApiError(403, "Forbidden", message, details=details)
+    def _authorize(self, user: authorization.User, attributes: requestinfo.Attributes) -> None:
+        self.authorizer.record(user, attributes)
+        decision = self.authorizer.authorize(user, attributes)
+        if not decision.allowed:
+            raise authorization.forbidden(user, attributes, decision.reason)
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
         parts = [part for part in request.path.split("/") if part]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gangq.queue.kubesim import status
+from gangq.queue.kubesim.validation import meta
 
 if TYPE_CHECKING:
     from gangq.queue.kubesim.registry import Registry
@@ -64,6 +65,10 @@ class Strategy:
     def normalize(self, obj: dict[str, Any]) -> None:
         """Canonical form after any write (e.g. an emptied list disappears)."""
         fill_structs(obj, self.empty_structs)
+
+    def name_causes(self, obj: dict[str, Any]) -> list[status.Cause]:
+        """What is wrong with a new object's name (most kinds need a DNS subdomain)."""
+        return meta.name_causes(obj, dns_label=self.dns_label_names)
 
     def validate_create(self, obj: dict[str, Any], registry: Registry) -> list[status.Cause]:
         return []

@@ -5,8 +5,9 @@ Owns the tokens handed out by `issue` (a user, groups and the audiences a projec
 service-account token is bound to) and the answer to a review: `status.audiences` is the
 intersection of the token's audiences with the requested ones (the API server's own audience
 when the spec names none); a token that is unknown or meant for other audiences is not
-authenticated and says why in `status.error`. It must not know HTTP: `server.py` routes the
-POST here.
+authenticated and says why in `status.error`. The API server authenticates bearer tokens sent
+to itself the same way (`authenticate`, its own audiences). It must not know HTTP: `server.py`
+routes the POST here.
 """
 
 from __future__ import annotations
@@ -49,6 +50,16 @@ class TokenReviews:
         token = secrets.token_urlsafe(32)
         self._tokens[token] = Identity(user, groups, audiences or self.api_audiences)
         return token
+
+    def authenticate(self, token: str) -> Identity | None:
+        """Who a bearer token sent to the API server itself is: a token it issued for one of
+        its own audiences (`--api-audiences`)."""
+        identity = self._tokens.get(token)
+        if identity is None:
+            return None
+        if self.audience_aware and not set(identity.audiences) & set(self.api_audiences):
+            return None
+        return identity
 
     def review(self, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict) or body.get("kind") not in (None, "TokenReview"):

@@ -85,8 +85,9 @@ class Replay:
     session: aiohttp.ClientSession
     results: dict[str, Reply] = field(default_factory=dict)
 
-    async def send(self, request: dict[str, Any]) -> Reply:
-        headers = {"Authorization": f"Bearer {TOKEN}"}
+    async def send(self, request: dict[str, Any], *, token: str = TOKEN) -> Reply:
+        """`request` with the admin token, or as whoever `token` authenticates."""
+        headers = {"Authorization": f"Bearer {token}"}
         for key in ("content-type", "accept"):
             if key in request["headers"]:
                 headers[key.title()] = request["headers"][key]
@@ -111,13 +112,14 @@ class Replay:
         name: str,
         *,
         rewrite: Callable[[Replay, dict[str, Any]], Awaitable[None]] | None = None,
+        token: str = TOKEN,
     ) -> Reply:
         case = load(name)
         request = copy.deepcopy(case["request"])
         await _current_versions(self, request, stale=case["response"]["status"] == 409)
         if rewrite is not None:
             await rewrite(self, request)
-        reply = await self.send(request)
+        reply = await self.send(request, token=token)
         self.results[name] = reply
         return reply
 

@@ -115,6 +115,7 @@ async def test_section_1_group_list(reference: Replay, name: str) -> None:
         "apiextensions.k8s.io",
         "coordination.k8s.io",
         "events.k8s.io",
+        "rbac.authorization.k8s.io",
         "resource.k8s.io",
     }
     for group in served:

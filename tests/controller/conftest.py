@@ -1,4 +1,8 @@
-"""A controller against the emulator over HTTP and a real PostgreSQL database per test."""
+"""A controller against the emulator over HTTP and a real PostgreSQL database per test.
+
+The controller runs as gangq's ServiceAccount with exactly the RBAC of deploy/, so a request a
+real cluster would refuse it is refused here too; the tests set up and check as admin.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gangq.queue import controller
 from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings, QuotaConfig, TenantConfig
+from gangq.queue.demo import serviceaccount
 from gangq.queue.kube import cache, resources
 from gangq.queue.kube.client import Kube
 from gangq.queue.kubesim.cluster import Inventory
@@ -96,6 +101,9 @@ def training_job(
 class Harness:
     cluster: Emulator
     api: client.ApiClient
+    """The admin's client, for setup and checks."""
+    controller_api: client.ApiClient
+    """The ServiceAccount's client, for the controllers the harness starts."""
     kube: Kube
     engine: AsyncEngine
     settings: ControllerSettings
@@ -108,12 +116,12 @@ class Harness:
     def start(self, name: str = "a", **overrides: Any) -> cache.ClusterCache:
         stop = asyncio.Event()
         chosen = self.settings.model_copy(update={"holder": name, **overrides})
-        view = cache.ClusterCache(self.api, settings=chosen)
+        view = cache.ClusterCache(self.controller_api, settings=chosen)
         self.metrics[name] = gangq_metrics.create_metrics()
         task = asyncio.create_task(
             controller.run_controller(
                 settings=chosen,
-                api_client=self.api,
+                api_client=self.controller_api,
                 engine=self.engine,
                 stop=stop,
                 cluster=view,
@@ -173,19 +181,22 @@ async def wait_for(predicate: Callable[[], Any], *, within_s: float = 15.0) -> A
 async def running_harness(
     engine: AsyncEngine, *, inventory: Inventory = SMALL, crds: tuple[Path, ...] = (CRD,)
 ) -> AsyncIterator[Harness]:
-    """An emulator with the test namespaces and a client to it; controllers started through
-    the harness are killed on the way out."""
-    async with (
-        Emulator(inventory=inventory, crds=crds) as emulator,
-        client.ApiClient(emulator.configuration()) as api_client,
-    ):
+    """An emulator with the test namespaces, gangq's ServiceAccount and RBAC, and a client to
+    it for each; controllers started through the harness are killed on the way out."""
+    async with contextlib.AsyncExitStack() as exits:
+        emulator = await exits.enter_async_context(Emulator(inventory=inventory, crds=crds))
+        api_client = await exits.enter_async_context(client.ApiClient(emulator.configuration()))
+        token = serviceaccount.controller_token(emulator)
+        controller_api = await exits.enter_async_context(
+            client.ApiClient(emulator.configuration(token))
+        )
         kube = Kube(api_client)
         for name, tenant in NAMESPACES.items():
             labels = {"gangq.dev/tenant": tenant} if tenant else {}
             await kube.create(
                 resources.NAMESPACES, "", {"metadata": {"name": name, "labels": labels}}
             )
-        built = Harness(emulator, api_client, kube, engine, settings())
+        built = Harness(emulator, api_client, controller_api, kube, engine, settings())
         try:
             yield built
         finally:

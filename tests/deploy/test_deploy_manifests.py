@@ -392,6 +392,7 @@ EXPECTED_CLUSTER_PERMISSIONS = {
         "deletecollection",
     },
     ("resource.k8s.io", "resourceclaims/status"): {"get", "update", "patch"},
+    ("resource.k8s.io", "resourceclaims/binding"): {"patch"},
     ("resource.k8s.io", "resourceslices"): {"get", "list", "watch"},
     ("resource.k8s.io", "deviceclasses"): {"get", "list", "watch"},
     ("", "nodes"): {"get", "list", "watch"},

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from gangq.queue.demo import serviceaccount
 from gangq.queue.kubesim.emulator import Emulator
 from tests.deploy.test_deploy_manifests import DEPLOY, ROOT, build, documents, find, render
 
@@ -170,3 +171,20 @@ def test_readme_builds_the_image_the_deployment_names() -> None:
     assert f"-t {IMAGE} -f deploy/Containerfile ." in readme
     assert "kubectl apply --server-side -f deploy/release/gangq.yaml" in readme
     assert "kubectl apply -f crds/" in (ROOT / "README.md").read_text()
+
+
+def test_the_emulated_controller_gets_exactly_the_rbac_the_release_ships() -> None:
+    """The controller's tests, `gangq demo` and `gangq bench soak` apply the documents of
+    deploy/base/rbac.yaml (package data through the link queue/demo/rbac.yaml): the release
+    ships each of them unchanged, and binds gangq's ServiceAccount to nothing else."""
+    shipped = serviceaccount.shipped_rbac()
+    release = documents(render.RELEASE)
+    assert all(document in release for document in shipped)
+    subject = {
+        "kind": "ServiceAccount",
+        "name": serviceaccount.NAME,
+        "namespace": serviceaccount.NAMESPACE,
+    }
+    bindings = [d for d in release if subject in d.get("subjects", [])]
+    assert len(bindings) == len([d for d in shipped if "subjects" in d])
+    assert all(binding in shipped for binding in bindings)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gangq.queue.core import cel as core_cel
 from gangq.queue.core.errors import SelectorError
-from gangq.queue.kubesim import kinds, status
+from gangq.queue.kubesim import authorization, kinds, status
 from gangq.queue.kubesim.strategy import Strategy
 from gangq.queue.kubesim.validation import meta, slices
 
@@ -236,37 +236,10 @@ class ResourceClaimStrategy(Strategy):
         self, new: dict[str, Any], old: dict[str, Any], registry: Registry
     ) -> list[status.Cause]:
         new_status, old_status = new.get("status") or {}, old.get("status") or {}
-        allocation, previous = new_status.get("allocation"), old_status.get("allocation")
-        if new_status.get("reservedFor") and not allocation:
-            return [
-                status.forbidden(
-                    "status.reservedFor", "may not be specified when `allocated` is not set"
-                )
-            ]
-        if previous and allocation and allocation != previous:
-            return [_immutable("status.allocation", allocation)]
-        if not allocation or previous:
-            return []
-        causes: list[status.Cause] = []
-        names = request_names(new.get("spec") or {})
-        for index, result in enumerate((allocation.get("devices") or {}).get("results") or []):
-            path = f"status.allocation.devices.results[{index}]"
-            request = str(result.get("request") or "")
-            if request not in names:
-                causes.append(status.invalid_value(f"{path}.request", request, _REQUEST_MESSAGE))
-            driver = str(result.get("driver") or "")
-            if not meta.is_dns_subdomain(driver):
-                causes.append(
-                    status.invalid_value(f"{path}.driver", driver, meta.DNS_SUBDOMAIN_MESSAGE)
-                )
-            device = str(result.get("device") or "")
-            if not meta.is_dns_label(device):
-                causes.append(
-                    status.invalid_value(f"{path}.device", device, meta.DNS_LABEL_MESSAGE)
-                )
-            if result.get("shareID") is not None:
-                causes += _share_id_causes(f"{path}.shareID", result["shareID"])
-        if not causes:
+        causes = authorization.binding_causes(new_status, old_status)
+        causes += _status_causes(new, new_status, old_status)
+        allocation = new_status.get("allocation")
+        if not causes and allocation and not old_status.get("allocation"):
             self._record_phantoms(new, allocation, registry)
         return causes
 
@@ -281,6 +254,40 @@ class ResourceClaimStrategy(Strategy):
             triple = (str(result.get("driver")), str(result.get("pool")), str(result.get("device")))
             if triple not in published:
                 self.phantom_allocations.append(PhantomAllocation(key, *triple))
+
+
+def _status_causes(
+    new: dict[str, Any], new_status: dict[str, Any], old_status: dict[str, Any]
+) -> list[status.Cause]:
+    allocation, previous = new_status.get("allocation"), old_status.get("allocation")
+    if new_status.get("reservedFor") and not allocation:
+        return [
+            status.forbidden(
+                "status.reservedFor", "may not be specified when `allocated` is not set"
+            )
+        ]
+    if previous and allocation and allocation != previous:
+        return [_immutable("status.allocation", allocation)]
+    if not allocation or previous:
+        return []
+    causes: list[status.Cause] = []
+    names = request_names(new.get("spec") or {})
+    for index, result in enumerate((allocation.get("devices") or {}).get("results") or []):
+        path = f"status.allocation.devices.results[{index}]"
+        request = str(result.get("request") or "")
+        if request not in names:
+            causes.append(status.invalid_value(f"{path}.request", request, _REQUEST_MESSAGE))
+        driver = str(result.get("driver") or "")
+        if not meta.is_dns_subdomain(driver):
+            causes.append(
+                status.invalid_value(f"{path}.driver", driver, meta.DNS_SUBDOMAIN_MESSAGE)
+            )
+        device = str(result.get("device") or "")
+        if not meta.is_dns_label(device):
+            causes.append(status.invalid_value(f"{path}.device", device, meta.DNS_LABEL_MESSAGE))
+        if result.get("shareID") is not None:
+            causes += _share_id_causes(f"{path}.shareID", result["shareID"])
+    return causes
 
 
 def _published_devices(slices: Iterable[dict[str, Any]]) -> frozenset[tuple[str, str, str]]:
