@@ -95,6 +95,12 @@ class Taint:
     value: str = ""
     effect: str = "NoSchedule"
 
+    def __str__(self) -> str:
+        """`key=value:Effect`, as `kubectl taint` takes it, for reports and reasons."""
+        return (
+            f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Toleration:
