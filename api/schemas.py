@@ -418,6 +418,10 @@ class UsageOut(Schema):
         description="allocated by claims gangq did not make; never free"
     )
     unavailable: int | float = Field(description="tainted devices, NotReady or cordoned nodes")
+    tainted: int | float = Field(
+        description="on nodes with NoSchedule/NoExecute taints (`taintedNodes`): only jobs "
+        "tolerating them may use these, so they are not free nor in the largest placeable gang"
+    )
     largest_replica: int | float = Field(description="most free devices on one node")
     largest_placeable_gang: GangShapeOut = Field(
         description="whole-node replicas that could be placed now (CPU, memory and selectors aside)"
@@ -432,6 +436,7 @@ class UsageOut(Schema):
             reserved=usage.by_state["reserved"],
             held_by_others=usage.by_state["held_by_others"],
             unavailable=usage.by_state["unavailable"],
+            tainted=usage.by_state["tainted"],
             largest_replica=usage.largest_replica,
             largest_placeable_gang=GangShapeOut(
                 replicas=usage.whole_node_replicas,
@@ -452,10 +457,20 @@ class DomainCapacityOut(Schema):
     device_classes: list[UsageOut]
 
 
+class TaintedNodeOut(Schema):
+    node: str
+    taints: list[str] = Field(
+        description="the NoSchedule/NoExecute taints a job must tolerate, as key=value:Effect"
+    )
+
+
 class CapacityOut(Schema):
     device_classes: list[UsageOut]
     domains: list[DomainCapacityOut]
     nodes: list[NodeCapacityOut]
+    tainted_nodes: list[TaintedNodeOut] = Field(
+        description="nodes whose devices are counted as tainted, with their taints"
+    )
 
     @classmethod
     def of(cls, report: capacity.CapacityReport) -> CapacityOut:
@@ -474,7 +489,15 @@ class CapacityOut(Schema):
                 NodeCapacityOut(node=name, device_classes=usages(report.nodes[name]))
                 for name in sorted(report.nodes)
             ],
+            tainted_nodes=tainted_nodes(report),
         )
+
+
+def tainted_nodes(report: capacity.CapacityReport) -> list[TaintedNodeOut]:
+    return [
+        TaintedNodeOut(node=name, taints=[str(t) for t in taints])
+        for name, taints in report.tainted_nodes.items()
+    ]
 
 
 class HolderOut(Schema):
@@ -486,10 +509,14 @@ class HolderOut(Schema):
 class NodeCellsOut(Schema):
     name: str
     status: str = Field(description="Ready, NotReady or Cordoned")
+    taints: list[str] = Field(
+        description="NoSchedule/NoExecute taints a job must tolerate to use the node's "
+        "devices, as key=value:Effect (only on Ready, uncordoned nodes)"
+    )
     devices: list[tuple[str, str, int]] = Field(
         description="per device: its name, its state (free, reserved, held_by_others, "
-        "unavailable) and the index of its holder in `jobs`, -1 when none is shown (a free "
-        "device, or one reserved by a job the caller may not read)"
+        "unavailable, tainted) and the index of its holder in `jobs`, -1 when none is shown "
+        "(a free device, or one reserved by a job the caller may not read)"
     )
 
 

@@ -71,7 +71,12 @@ async def get_cluster(
             node = inventory.nodes.get(model.NodeName(node_name))
             rack = "" if node is None else node.labels.get(rack_label, "")
             racks.setdefault(rack, []).append(
-                schemas.NodeCellsOut(name=node_name, status=_node_status(node), devices=cells)
+                schemas.NodeCellsOut(
+                    name=node_name,
+                    status=_node_status(node),
+                    taints=[str(t) for t in report.tainted_nodes.get(node_name, ())],
+                    devices=cells,
+                )
             )
         classes.append(
             schemas.ClassCellsOut(

@@ -9,10 +9,11 @@ const OPEN_ALL_UP_TO_NODES = 32;
 const open = new Set();
 const STATE_WORDS = {
   free: "free", reserved: "reserved", held_by_others: "held by others (not gangq)",
-  unavailable: "unavailable",
+  unavailable: "unavailable", tainted: "on tainted nodes",
 };
 const STATE_COLOURS = {
   free: "#ffffff", reserved: "#2563eb", held_by_others: "#4b5563", unavailable: "#111827",
+  tainted: "#d97706",
 };
 
 export async function render() {
@@ -37,13 +38,15 @@ function legend(data) {
     el("span", {}, el("span", { class: "cell held_by_others", "aria-hidden": "true" }),
       "held by others"),
     el("span", {}, el("span", { class: "cell unavailable", "aria-hidden": "true" }),
-      "unavailable (tainted, NotReady, cordoned)"),
+      "unavailable (tainted device, NotReady, cordoned)"),
+    el("span", {}, el("span", { class: "cell tainted", "aria-hidden": "true" }),
+      "on a tainted node (only jobs tolerating its taints)"),
     el("span", { class: "muted" }, "shade: prod-inference darkest, training, small lightest"),
   );
 }
 
 function counts(nodes) {
-  const total = { free: 0, reserved: 0, held_by_others: 0, unavailable: 0 };
+  const total = { free: 0, reserved: 0, held_by_others: 0, unavailable: 0, tainted: 0 };
   for (const node of nodes) for (const [, state] of node.devices) total[state] += 1;
   return total;
 }
@@ -103,7 +106,7 @@ function deviceClass(group, data) {
   const id = `class-${u.deviceClassName.replace(/[^a-z0-9]/gi, "-")}`;
   const nodes = group.racks.flatMap((r) => r.nodes);
   const total = { free: u.free, reserved: u.reserved, held_by_others: u.heldByOthers,
-    unavailable: u.unavailable };
+    unavailable: u.unavailable, tainted: u.tainted };
   const section = el("section", { "aria-labelledby": id },
     el("h2", { id }, u.deviceClassName),
     el("div", { class: "summary" },
@@ -164,6 +167,7 @@ function describe(node, device, data) {
     const why = node.status === "Ready" ? "device tainted" : `node ${node.status}`;
     return `${where}: unavailable (${why})`;
   }
+  if (state === "tainted") return `${where}: free to jobs tolerating ${node.taints.join(", ")}`;
   return `${where}: ${STATE_WORDS[state]}`;
 }
 
@@ -194,7 +198,8 @@ function nodeCells(node, data) {
   });
   return el("div", { class: `node ${node.status}` },
     el("span", { class: "name" }, node.name, node.status === "Ready" ? "" : ` (${node.status})`),
-    cells);
+    cells,
+    node.taints.length ? el("span", { class: "taints" }, `tainted ${node.taints.join(", ")}`) : null);
 }
 
 function move(event) {

@@ -333,7 +333,15 @@ def set_tenant(args: argparse.Namespace) -> int:
     return 0
 
 
-USAGE_HEADERS = ("total", "free", "reserved", "held by others", "unavailable", "largest gang")
+USAGE_HEADERS = (
+    "total",
+    "free",
+    "reserved",
+    "held by others",
+    "unavailable",
+    "tainted",
+    "largest gang",
+)
 
 
 def _usage(u: dict[str, Any]) -> tuple[str, ...]:
@@ -344,6 +352,7 @@ def _usage(u: dict[str, Any]) -> tuple[str, ...]:
         str(u["reserved"]),
         str(u["heldByOthers"]),
         str(u["unavailable"]),
+        str(u["tainted"]),
         f"{gang['replicas']} x {gang['devicesPerReplica']}",
     )
 
@@ -362,6 +371,17 @@ def show_capacity(args: argparse.Namespace) -> int:
     if domains:
         print()
         print(table.render(("domain", "device class", *USAGE_HEADERS), domains))
+    tainted = {t["node"]: ", ".join(t["taints"]) for t in report["taintedNodes"]}
+    if tainted:
+        # Apart from the free devices: only jobs tolerating these taints may use them.
+        rows = [
+            (n["node"], u["deviceClassName"], str(u["tainted"]), tainted[n["node"]])
+            for n in report["nodes"]
+            if n["node"] in tainted
+            for u in n["deviceClasses"]
+        ]
+        print()
+        print(table.render(("tainted node", "device class", "devices", "taints"), rows))
     if args.nodes:
         nodes = [
             (n["node"], u["deviceClassName"], *_usage(u))

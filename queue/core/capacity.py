@@ -1,12 +1,14 @@
 """Capacity views for `/v1/capacity`: devices by state per device class, node and topology domain.
 
 Owns the counting: each device of a class is reserved (by gangq), held by others, unavailable
-(tainted device, NotReady or cordoned node) or free, and the largest gang of whole-node replicas
-that the free devices allow now. Counts are GPU-equivalents: the devices consuming one counter
-set (a GPU published whole and as partitions) count as one GPU, split between the states by the
-equivalents of the members reserved or held (module `sharing`); a plain device counts one. It
-reads an inventory and the reserved set it is handed; it must not decide admissions (CPU,
-memory and job selectors are the cycle's business).
+(tainted device, NotReady or cordoned node), tainted (on a node whose NoSchedule/NoExecute
+taints only a job tolerating them may pass, judged by `fit` as the cycle judges a job's pods)
+or free, and the largest gang of whole-node replicas that the free devices allow now. Counts
+are GPU-equivalents: the devices consuming one counter set (a GPU published whole and as
+partitions) count as one GPU, split between the states by the equivalents of the members
+reserved or held (module `sharing`); a plain device counts one. It reads an inventory and the
+reserved set it is handed; it must not decide admissions (CPU, memory and job selectors are the
+cycle's business).
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from gangq.queue.core import model, sharing
+from gangq.queue.core import fit, model, sharing
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.device import Device, DeviceId
 
-STATES = ("free", "reserved", "held_by_others", "unavailable")
+STATES = ("free", "reserved", "held_by_others", "unavailable", "tainted")
 Amount = int | float
 """GPU-equivalents: an integer where whole (always, without partitions), else 3 decimals."""
 Tally = dict[str, sharing.Equivalent]
@@ -67,6 +69,19 @@ class CapacityReport:
     """node -> device class -> usage"""
     domains: Mapping[tuple[str, str], Mapping[str, Usage]]
     """(topology key, value) -> device class -> usage"""
+    tainted_nodes: Mapping[str, tuple[model.Taint, ...]]
+    """Ready, uncordoned nodes with devices and taints a job must tolerate -> those taints
+    (their devices not held are `tainted`)."""
+
+
+NO_TOLERATIONS = model.PodRequirements()
+"""A pod that tolerates nothing: a device is free only where such a pod may go, so the largest
+placeable gang is one any job could take, not only one that tolerates a node's taints."""
+
+
+def blocking_taints(node: model.Node) -> tuple[model.Taint, ...]:
+    """The node's taints a job must tolerate to use its devices."""
+    return fit.untolerated(node.taints, NO_TOLERATIONS.tolerations)
 
 
 def _state(device: Device, inventory: model.Inventory, *, reserved: frozenset[DeviceId]) -> str:
@@ -75,8 +90,10 @@ def _state(device: Device, inventory: model.Inventory, *, reserved: frozenset[De
     if device.id in inventory.held_by_others:
         return "held_by_others"
     node = inventory.nodes.get(model.NodeName(device.node or ""))
-    if device.is_tainted or node is None or not node.ready or node.unschedulable:
+    if device.is_tainted or node is None or not node.is_schedulable:
         return "unavailable"
+    if not fit.is_accepted(node, NO_TOLERATIONS):
+        return "tainted"
     return "free"
 
 
@@ -149,7 +166,15 @@ def summarize_states(
             )
         for domain, members in _domains(inventory, per_node).items():
             domains.setdefault(domain, {})[class_name] = _usage(members, devices_per_node=size)
-    return CapacityReport(classes=classes, nodes=nodes, domains=domains)
+    tainted_nodes: dict[str, tuple[model.Taint, ...]] = {}
+    for node_name in sorted({name for per_node in counts.values() for name in per_node}):
+        node = inventory.nodes.get(model.NodeName(node_name))
+        taints = () if node is None or not node.is_schedulable else blocking_taints(node)
+        if taints:
+            tainted_nodes[node_name] = taints
+    return CapacityReport(
+        classes=classes, nodes=nodes, domains=domains, tainted_nodes=tainted_nodes
+    )
 
 
 def device_states(
@@ -172,19 +197,20 @@ def _split(
     members: list[tuple[Device, str]], inventory: model.Inventory
 ) -> list[tuple[str, sharing.Equivalent]]:
     """One GPU (a plain device, or the devices consuming one counter set) between the states:
-    what reserved and held members take of it, the rest free or unavailable."""
+    what reserved and held members take of it, the rest free, else tainted, else unavailable."""
     if len(members) == 1 and not members[0][0].consumes:
         return [(members[0][1], sharing.WHOLE)]
     taken: dict[str, sharing.Equivalent] = {"reserved": 0, "held_by_others": 0}
     left: sharing.Equivalent = sharing.WHOLE
-    usable = False
+    rests: set[str] = set()
     for device, state in members:
         if state in taken:
             share = min(left, sharing.equivalent(device, (), inventory.counters))
             taken[state] += share
             left -= share
-        usable = usable or state == "free"
-    rest = "free" if usable else "unavailable"
+        else:
+            rests.add(state)
+    rest = next((s for s in ("free", "tainted") if s in rests), "unavailable")
     return [*taken.items(), (rest, left)]
 
 

@@ -27,13 +27,21 @@ def _tolerates(toleration: Toleration, taint: Taint) -> bool:
     return toleration.key == taint.key and toleration.value == taint.value
 
 
-def is_tolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> bool:
-    """Every NoSchedule/NoExecute taint needs a matching toleration; PreferNoSchedule is a hint."""
-    return all(
-        any(_tolerates(toleration, taint) for toleration in tolerations)
+def untolerated(
+    taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]
+) -> tuple[Taint, ...]:
+    """The NoSchedule/NoExecute taints no toleration matches; PreferNoSchedule is a hint."""
+    return tuple(
+        taint
         for taint in taints
         if taint.effect in _BLOCKING_EFFECTS
+        and not any(_tolerates(toleration, taint) for toleration in tolerations)
     )
+
+
+def is_tolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> bool:
+    """Every NoSchedule/NoExecute taint needs a matching toleration."""
+    return not untolerated(taints, tolerations)
 
 
 def _as_int(text: str) -> int | None:

@@ -64,8 +64,10 @@ def node_from_dict(node: Mapping[str, Any]) -> Node:
     spec = node.get("spec") or {}
     status = node.get("status") or {}
     allocatable = status.get("allocatable") or {}
-    conditions = status.get("conditions") or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    conditions: list[Mapping[str, Any]] = status.get("conditions") or []
+    condition = next((c for c in conditions if c.get("type") == "Ready"), {})
+    ready = condition.get("status") == "True"
+    said = ": ".join(str(condition[k]) for k in ("reason", "message") if condition.get(k))
     taints = tuple(
         Taint(key=t.get("key", ""), value=t.get("value", ""), effect=t.get("effect", ""))
         for t in spec.get("taints") or []
@@ -75,6 +77,7 @@ def node_from_dict(node: Mapping[str, Any]) -> Node:
         labels=dict(metadata.get("labels") or {}),
         taints=taints,
         ready=ready,
+        unready_reason="" if ready else said or "no Ready condition",
         unschedulable=bool(spec.get("unschedulable", False)),
         allocatable_cpu_milli=_quantity(allocatable.get("cpu", 0), what="cpu", owner=owner),
         allocatable_memory_bytes=_quantity(allocatable.get("memory", 0), what="memory", owner=owner)
@@ -119,21 +122,26 @@ def _affinity_terms(pod_spec: Mapping[str, Any]) -> tuple[NodeSelectorTerm, ...]
     )
 
 
-def pod_requirements(
-    template: Mapping[str, Any], *, owner: str = "pod template"
-) -> PodRequirements:
-    """What one replica needs from its node, read from a PodTemplateSpec (or a Pod)."""
-    spec = template.get("spec") or {}
-    cpu, memory = _requests(spec, owner=owner)
-    tolerations = tuple(
+def tolerations_of(pod_spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    """A pod spec's tolerations (`tolerationSeconds` aside: a bound only delays an eviction)."""
+    return tuple(
         Toleration(
             key=str(t.get("key", "")),
             operator=str(t.get("operator", "Equal")),
             value=str(t.get("value", "")),
             effect=str(t.get("effect", "")),
         )
-        for t in spec.get("tolerations") or []
+        for t in pod_spec.get("tolerations") or []
     )
+
+
+def pod_requirements(
+    template: Mapping[str, Any], *, owner: str = "pod template"
+) -> PodRequirements:
+    """What one replica needs from its node, read from a PodTemplateSpec (or a Pod)."""
+    spec = template.get("spec") or {}
+    cpu, memory = _requests(spec, owner=owner)
+    tolerations = tolerations_of(spec)
     selector = tuple(sorted((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items()))
     return PodRequirements(
         cpu_milli=cpu,

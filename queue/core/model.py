@@ -95,6 +95,12 @@ class Taint:
     value: str = ""
     effect: str = "NoSchedule"
 
+    def __str__(self) -> str:
+        """`key=value:Effect`, as `kubectl taint` takes it, for reports and reasons."""
+        return (
+            f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Toleration:
@@ -143,6 +149,9 @@ class Node:
     labels: Mapping[str, str] = field(default_factory=dict, hash=False)
     taints: tuple[Taint, ...] = ()
     ready: bool = True
+    unready_reason: str = ""
+    """Why the node is not Ready, as its Ready condition says (`reason: message`): what a gang
+    torn down for the node's loss reports; empty when Ready."""
     unschedulable: bool = False
     """`spec.unschedulable` (cordoned)."""
     allocatable_cpu_milli: int = 0

@@ -21,6 +21,7 @@ from gangq.queue import logconfig
 from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
 from gangq.queue.core import derived, explain, model
+from gangq.queue.core import inventory as inventory_builder
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import (
     blame,
@@ -80,20 +81,18 @@ class _Facts:
     """What every gang of a step reads from the same inventory."""
 
     inventory: model.Inventory
-    unready_nodes: frozenset[str]
     evicting_devices: frozenset[str]
 
 
 def _facts(inventory: model.Inventory) -> _Facts:
     return _Facts(
         inventory=inventory,
-        unready_nodes=frozenset(n for n, node in inventory.nodes.items() if not node.ready),
         evicting_devices=frozenset(d for d, dev in inventory.devices.items() if dev.is_evicting),
     )
 
 
 _facts_of = derived.PerInventory(_facts)
-"""A pass over every node and device when the inventory changes, not at every step."""
+"""A pass over every device when the inventory changes, not at every step."""
 
 
 def _by_replica(objs: Iterable[dict[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -200,7 +199,7 @@ class Gangs:
             admitted_at_s=admitted,
             restarts=restarts,
             max_restarts=spec.max_restarts if spec else 0,
-            unready_nodes=facts.unready_nodes,
+            nodes=facts.inventory.nodes,
             evicting_devices=facts.evicting_devices,
             is_scaled_away=held.row.uid in self.scaled_away,
             started_at_s=timestamps.optional_unix(held.row.started_at),
@@ -345,6 +344,24 @@ class Gangs:
                 fresh[placement.replica] = claim
         return dataclasses.replace(gang, claims=fresh)
 
+    async def _read_nodes(
+        self, verdict: lifecycle.Verdict, context: lifecycle.Context
+    ) -> lifecycle.Context:
+        """The failed replicas' nodes read from the API server, not the inventory, before a
+        teardown says why: the taint that made kube-controller-manager evict a pod was written
+        before the eviction, but the nodes watch may show it after the pods watch shows the pod
+        gone. A node the server no longer has is left out (it was deleted)."""
+        nodes = dict(context.nodes)
+        for name in {f.node for f in verdict.failures if f.node}:
+            try:
+                node = await self.actuator.kube.get(resources.NODES, "", name)
+            except KubeError as error:
+                if error.status == 404:
+                    nodes.pop(model.NodeName(name), None)
+                continue
+            nodes[model.NodeName(name)] = inventory_builder.node_from_dict(node)
+        return dataclasses.replace(context, nodes=nodes)
+
     async def _drive(
         self, held: Held, facts: _Facts, records: Mapping[str, jobs.JobRecord]
     ) -> None:
@@ -372,6 +389,11 @@ class Gangs:
         if ending is None and any(f.cause == lifecycle.CLAIM_CHANGED for f in verdict.failures):
             gang = await self._read_claims(gang)
             held = dataclasses.replace(held, gang=gang)
+            verdict = lifecycle.assess(gang, context)
+        if ending is None and any(
+            f.cause in lifecycle.WORDED_FROM_THE_NODE for f in verdict.failures
+        ):
+            context = await self._read_nodes(verdict, context)
             verdict = lifecycle.assess(gang, context)
         if verdict.action is lifecycle.Action.TEARDOWN:
             self.endings[memo] = verdict

@@ -2,7 +2,10 @@
 
 Owns the lifecycle rules of PRODUCT rule 8 and §5 as one pure function, `assess`: released or
 not, Ready, succeeded, failed (a failed or lost pod, a NotReady node, a NoExecute device taint,
-an allocation gangq did not write), startup timeout, deletion, eviction. It performs no I/O; the
+an allocation gangq did not write), startup timeout, deletion, eviction; and the words of each
+failure, which name the node and why it was lost: its Ready condition, the NoExecute taint that
+evicted a pod (the pod's `DisruptionTarget` condition says only that the taint manager deleted
+it, so the taint is read from the node), a node that no longer exists. It performs no I/O; the
 actuator carries the verdict out.
 """
 
@@ -13,7 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gangq.queue.core import model
+from gangq.queue.core import fit, model
+from gangq.queue.core.device import NO_EXECUTE
+from gangq.queue.core.inventory import tolerations_of
 from gangq.queue.kube import objects
 
 TERMINATED = ("Succeeded", "Failed")
@@ -70,7 +75,8 @@ class ReplicaFailure:
     replica: int
     node: str
     cause: str
-    """CamelCase: Error, OOMKilled, NodeLost, StartupTimeout, MaxRuntimeExceeded, Lost."""
+    """CamelCase: Error, OOMKilled, NodeLost, NodeTainted, Evicted, StartupTimeout,
+    MaxRuntimeExceeded, Lost."""
     exit_code: int | None = None
     message: str = ""
     """The container's termination message, if it left one."""
@@ -79,7 +85,8 @@ class ReplicaFailure:
         where = f"replica {self.replica} on {self.node}" if self.node else f"replica {self.replica}"
         if self.exit_code is not None:
             return f"{where} exited with code {self.exit_code} ({self.cause})"
-        return f"{where}: {self.message or CAUSES.get(self.cause, self.cause)}"
+        said = self.message or CAUSES.get(self.cause, self.cause)
+        return f"{where} was evicted: {said}" if self.cause in EVICTIONS else f"{where}: {said}"
 
     def details(self) -> dict[str, Any]:
         return {
@@ -95,12 +102,25 @@ CLAIM_CHANGED = "ClaimChanged"
 """Cause of a replica whose claim is gone or holds other devices than reserved."""
 CAUSES = {
     "NodeLost": "its node was lost",
+    "NodeTainted": "its node was tainted NoExecute",
+    "Evicted": "its pod was deleted by a controller",
     "StartupTimeout": "not Ready in time",
     "MaxRuntimeExceeded": "ran past maxRuntimeSeconds",
     "Lost": "its pod disappeared",
     "DeviceTainted": "a device was tainted NoExecute",
     CLAIM_CHANGED: "its claim was changed by someone else",
 }
+EVICTIONS = frozenset({"NodeTainted", "Evicted"})
+"""Causes told as `replica N on NODE was evicted: why`."""
+NODE_CAUSES = frozenset({"NodeLost", "NodeTainted", "Evicted"})
+"""Causes that are not the job's doing but its node's: the node was lost, or a controller took
+the pod off it (a taint, a drain through the Eviction API). Counted as `node_lost` start
+failures, never as a run to its own end, and never restarted in place."""
+WORDED_FROM_THE_NODE = frozenset({"Lost", *NODE_CAUSES})
+"""Causes whose words depend on the node's state: worth reading the node afresh first."""
+TAINT_MANAGER = "DeletionByTaintManager"
+"""`DisruptionTarget` reason of a pod kube-controller-manager's taint eviction controller
+deletes for its node's NoExecute taint (pkg/controller/tainteviction)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +148,9 @@ class Context:
     admitted_at_s: float
     restarts: int
     max_restarts: int
-    unready_nodes: frozenset[str] = frozenset()
+    nodes: Mapping[model.NodeName, model.Node] = field(default_factory=dict)
+    """The inventory's nodes (readiness, why not Ready, taints); those of failed replicas
+    read afresh from the API server before a failure is worded."""
     evicting_devices: frozenset[str] = frozenset()
     is_scaled_away: bool = False
     """The job's replicas were lowered below this scale-up gang's replicas."""
@@ -167,11 +189,13 @@ def _node_of(gang: Gang, replica: int) -> str:
     return next((p.node for p in gang.placement if p.replica == replica), "")
 
 
-def pod_failure(gang: Gang, replica: int, pod: Mapping[str, Any] | None) -> ReplicaFailure:
+def pod_failure(
+    gang: Gang, replica: int, pod: Mapping[str, Any] | None, context: Context
+) -> ReplicaFailure:
     """How a replica's pod failed, from its container's terminated state."""
     node = _node_of(gang, replica)
     if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
-        return ReplicaFailure(replica, node, "Lost")
+        return _gone(replica, node, pod, context)
     state = _termination(pod)
     code = state.get("exitCode")
     cause = str(state.get("reason") or (pod.get("status") or {}).get("reason") or "Error")
@@ -182,6 +206,48 @@ def pod_failure(gang: Gang, replica: int, pod: Mapping[str, Any] | None) -> Repl
         exit_code=int(code) if isinstance(code, int) else None,
         message=str(state.get("message") or "")[:512],
     )
+
+
+def _disruption(pod: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The `DisruptionTarget` condition a controller sets before it deletes a pod."""
+    conditions = ((pod or {}).get("status") or {}).get("conditions") or []
+    return next(
+        (
+            c
+            for c in conditions
+            if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        ),
+        None,
+    )
+
+
+def _gone(
+    replica: int, node_name: str, pod: Mapping[str, Any] | None, context: Context
+) -> ReplicaFailure:
+    """A replica whose pod is being deleted or is gone: why, from what the deleting controller
+    wrote on the pod (`DisruptionTarget`) and from its node (`Context.nodes`)."""
+    node = context.nodes.get(model.NodeName(node_name))
+    disruption = _disruption(pod)
+    no_execute = () if node is None else tuple(t for t in node.taints if t.effect == NO_EXECUTE)
+    evicted_by_taint = disruption is not None and disruption.get("reason") == TAINT_MANAGER
+    if evicted_by_taint or (pod is None and no_execute):
+        tolerations = tolerations_of((pod or {}).get("spec") or {})
+        # A taint tolerated for a while (tolerationSeconds) evicts too, once that has passed.
+        named = fit.untolerated(no_execute, tolerations) or no_execute
+        if named:
+            taints = ", ".join(str(t) for t in named)
+            message = f"node {node_name} tainted {taints}"
+        else:
+            message = str((disruption or {}).get("message") or "")
+        return ReplicaFailure(replica, node_name, "NodeTainted", message=message)
+    if node is None and node_name:
+        message = f"node {node_name} no longer exists"
+        return ReplicaFailure(replica, node_name, "NodeLost", message=message)
+    if disruption is not None:
+        message = f"{disruption.get('message') or ''} ({disruption.get('reason')})".lstrip()
+        return ReplicaFailure(replica, node_name, "Evicted", message=message)
+    message = "its pod was deleted" if pod is not None else ""
+    return ReplicaFailure(replica, node_name, "Lost", message=message)
 
 
 def _claim_problem(gang: Gang, *, released: bool) -> ReplicaFailure | None:
@@ -216,8 +282,9 @@ def _claim_problem(gang: Gang, *, released: bool) -> ReplicaFailure | None:
 def _lost(gang: Gang, context: Context) -> ReplicaFailure | None:
     """The first replica whose node or device was lost under it (rule 8)."""
     for placement in gang.placement:
-        if placement.node in context.unready_nodes:
-            message = "node is NotReady (lost)"
+        node = context.nodes.get(placement.node)
+        if node is not None and not node.ready:
+            message = f"node {node.name} is NotReady ({node.unready_reason})"
             return ReplicaFailure(placement.replica, placement.node, "NodeLost", message=message)
         tainted = [d for d in placement.devices if d in context.evicting_devices]
         if tainted:
@@ -293,7 +360,9 @@ def assess(gang: Gang, context: Context) -> Verdict:
         )
     replicas = [p.replica for p in gang.placement]
     pods = [gang.pods.get(r) for r in replicas]
-    released = any(not is_gated(p) for p in gang.pods.values())
+    # A gang that ran was released, even when none of its pods is left to show it (a taint
+    # eviction of a one-replica gang): rebuilding it would pin a new pod to the lost node.
+    released = gang.is_running or any(not is_gated(p) for p in gang.pods.values())
     if released and not context.long_running:
         if all(p is not None and phase(p) == "Succeeded" for p in pods):
             reason = f"all {len(replicas)} replicas succeeded"
@@ -301,7 +370,7 @@ def assess(gang: Gang, context: Context) -> Verdict:
                 Action.TEARDOWN, ending=Ending.SUCCEEDED, reason=reason, cause="Succeeded"
             )
         failed = tuple(
-            pod_failure(gang, r, p)
+            pod_failure(gang, r, p, context)
             for r, p in zip(replicas, pods, strict=True)
             if p is not None and phase(p) == "Failed"
         )
@@ -346,11 +415,16 @@ def _released(gang: Gang, context: Context, *, replicas: list[int]) -> Verdict:
         for r, p in zip(replicas, pods, strict=True)
         if p is None or phase(p) in ended or (p.get("metadata") or {}).get("deletionTimestamp")
     )
-    if broken and context.long_running and gang.is_running:
-        return Verdict(Action.RESTART_IN_PLACE, reason="pod failed", replicas=broken)
     if broken:
-        failures = tuple(pod_failure(gang, r, gang.pods.get(r)) for r in broken)
-        return _failure(context, failures, failure="pod_failed")
+        failures = tuple(pod_failure(gang, r, gang.pods.get(r), context) for r in broken)
+        lost = any(f.cause in NODE_CAUSES for f in failures)
+        if context.long_running and gang.is_running and not lost:
+            # Its failures go with it so that the node is read afresh before pods that a
+            # node's taint evicted are made again on that node.
+            return Verdict(
+                Action.RESTART_IN_PLACE, reason="pod failed", replicas=broken, failures=failures
+            )
+        return _failure(context, failures, failure="node_lost" if lost else "pod_failed")
     if any(p is not None and is_gated(p) for p in pods):
         return Verdict(Action.BUILD)
     if not gang.is_running:

@@ -1,8 +1,9 @@
 """The embedded cluster: API server, scheduler, kubelets and controllers in one process.
 
 Owns wiring (storage, registry with every built-in strategy, faults, HTTP server on a local
-port), seeding the inventory, the background scheduler, kubelet and device-taint-eviction
-tasks, and what clients need to connect (a kubernetes-asyncio `Configuration`, a kubeconfig).
+port), seeding the inventory, the background scheduler, kubelet, taint-eviction and
+device-taint-eviction tasks, and what clients need to connect (a kubernetes-asyncio
+`Configuration`, a kubeconfig).
 Use it as `async with Emulator() as cluster`. It must not add API behaviour of its own.
 """
 
@@ -24,6 +25,7 @@ from gangq.queue.kubesim import authorization, cluster, kinds, patch, status
 from gangq.queue.kubesim.devicetaints import DeviceTaintEviction
 from gangq.queue.kubesim.faults import Faults
 from gangq.queue.kubesim.kubelet import Kubelets
+from gangq.queue.kubesim.nodetaints import NodeTaintEviction
 from gangq.queue.kubesim.registry import Registry
 from gangq.queue.kubesim.scheduler import Scheduler
 from gangq.queue.kubesim.server import ApiServer
@@ -115,6 +117,7 @@ class Emulator:
     scheduler: Scheduler = field(init=False)
     kubelets: Kubelets = field(init=False)
     device_taints: DeviceTaintEviction = field(init=False)
+    node_taints: NodeTaintEviction = field(init=False)
     _runner: web.AppRunner | None = field(default=None, init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
 
@@ -152,6 +155,10 @@ class Emulator:
         self.device_taints = DeviceTaintEviction(self.registry)
         self._tasks.append(
             asyncio.create_task(self.device_taints.run(), name="kubesim-device-taint-eviction")
+        )
+        self.node_taints = NodeTaintEviction(self.registry)
+        self._tasks.append(
+            asyncio.create_task(self.node_taints.run(), name="kubesim-taint-eviction")
         )
         await asyncio.sleep(0)
         return self

@@ -28,7 +28,10 @@ EXIT_CODE = "sim.gangq.dev/exit-code"
 EXIT_REASON = "sim.gangq.dev/exit-reason"
 TERMINATION_MESSAGE = "sim.gangq.dev/termination-message"
 log = logging.getLogger(__name__)
-NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}
+UNREACHABLE = "node.kubernetes.io/unreachable"
+"""The taint key kube-controller-manager's node lifecycle controller gives a node whose Ready
+condition went Unknown (its kubelet stopped posting status), with effect NoSchedule (as for
+every condition) and NoExecute (which evicts after the pods' default 300 s toleration)."""
 
 
 def _condition(kind: str, state: str, now: str) -> dict[str, Any]:
@@ -199,7 +202,8 @@ class Kubelets:
         self.registry.update(kinds.PODS, namespace, name, pod, subresource="status")
 
     def fail_node(self, node_name: str) -> None:
-        """The node stops reporting: NotReady, tainted, and its pods lose Ready."""
+        """The node stops reporting: Ready Unknown, tainted unreachable, and its pods lose Ready
+        (what kube-controller-manager writes once the node's grace period has passed)."""
         node = self.registry.get(kinds.NODES, "", node_name)
         now = self.registry.now()
         for condition in node["status"].get("conditions") or []:
@@ -211,8 +215,9 @@ class Kubelets:
                     lastTransitionTime=now,
                 )
         taints = node.setdefault("spec", {}).setdefault("taints", [])
-        if not any(t.get("key") == NOT_READY_TAINT["key"] for t in taints):
-            taints.append(dict(NOT_READY_TAINT, timeAdded=now))
+        for effect in ("NoSchedule", "NoExecute"):
+            if not any(t.get("key") == UNREACHABLE and t.get("effect") == effect for t in taints):
+                taints.append({"key": UNREACHABLE, "effect": effect, "timeAdded": now})
         self.registry.update(kinds.NODES, "", node_name, node)
         self.registry.update(
             kinds.NODES, "", node_name, self._with_status(node_name, node), subresource="status"

@@ -1,5 +1,5 @@
 """The loop of every emulated controller (kube-scheduler, kubelets, kube-controller-manager's
-device taint eviction): listen to committed events, run one pass per wake-up.
+taint and device taint eviction): listen to committed events, run one pass per wake-up.
 
 Owns the listener's registration and removal and the wake-up timing; what a pass does is the
 controller's. A pass runs at once at start (objects that existed before the controller), then

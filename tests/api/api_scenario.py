@@ -36,10 +36,12 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def node(name: str, rack: str, *, unschedulable: bool = False) -> dict[str, Any]:
+def node(
+    name: str, rack: str, *, unschedulable: bool = False, taints: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "labels": {"gangq.dev/rack": rack}},
-        "spec": {"unschedulable": unschedulable},
+        "spec": {"unschedulable": unschedulable, "taints": taints or []},
         "status": {
             "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
             "conditions": [{"type": "Ready", "status": "True"}],
@@ -62,7 +64,13 @@ def resource_slice(node_name: str, count: int) -> dict[str, Any]:
 
 
 def cluster_inventory() -> model.Inventory:
-    nodes = [node("node-1", "r1"), node("node-2", "r2"), node("node-3", "r2", unschedulable=True)]
+    maintenance = {"key": "gpu-maintenance", "value": "true", "effect": "NoSchedule"}
+    nodes = [
+        node("node-1", "r1"),
+        node("node-2", "r2"),
+        node("node-3", "r2", unschedulable=True),
+        node("node-4", "r1", taints=[maintenance]),  # no job of the scenario tolerates it
+    ]
     return inventory_builder.build_inventory(
         slices=[resource_slice(n["metadata"]["name"], 4) for n in nodes],
         nodes=nodes,

@@ -256,8 +256,13 @@ async def test_capacity_table(server: str, capsys: pytest.CaptureFixture[str]) -
     )
     assert code == 0
     blocks = out.strip().split("\n\n")
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     classes = lines(blocks[0])
-    assert classes[1][:6] == ["gpu.nvidia.com", "12", "4", "4", "0", "4"]
+    assert classes[0][-3:] == ["TAINTED", "LARGEST", "GANG"]
+    # 16 GPUs: 4 free, 4 reserved, 0 held, 4 cordoned, 4 on the tainted node-4.
+    assert classes[1][:7] == ["gpu.nvidia.com", "16", "4", "4", "0", "4", "4"]
     assert [row[0] for row in lines(blocks[1])[1:]] == ["gangq.dev/rack=r1", "gangq.dev/rack=r2"]
-    assert [row[0] for row in lines(blocks[2])[1:]] == ["node-1", "node-2", "node-3"]
+    assert lines(blocks[2])[1:] == [
+        ["node-4", "gpu.nvidia.com", "4", "gpu-maintenance=true:NoSchedule"]
+    ]
+    assert [row[0] for row in lines(blocks[3])[1:]] == ["node-1", "node-2", "node-3", "node-4"]

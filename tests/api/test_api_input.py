@@ -111,19 +111,28 @@ async def test_bad_queries_and_paths(
 async def test_capacity_counts_devices_by_state_node_and_rack(api: httpx.AsyncClient) -> None:
     body = (await api.get("/v1/capacity", headers=bearer(CLUSTER_ADMIN))).json()
     [gpus] = body["deviceClasses"]
-    # node-3 is cordoned: its 4 GPUs are unavailable; a-small and b-one reserve 2 each.
-    assert {k: gpus[k] for k in ("total", "free", "reserved", "heldByOthers", "unavailable")} == {
-        "total": 12,
+    # node-3 is cordoned: its 4 GPUs are unavailable; node-4 is tainted NoSchedule and no job
+    # tolerates it: its 4 GPUs are apart, neither free nor in a gang; a-small and b-one
+    # reserve 2 each.
+    counted = ("total", "free", "reserved", "heldByOthers", "unavailable", "tainted")
+    assert {k: gpus[k] for k in counted} == {
+        "total": 16,
         "free": 4,
         "reserved": 4,
         "heldByOthers": 0,
         "unavailable": 4,
+        "tainted": 4,
     }
+    assert body["taintedNodes"] == [
+        {"node": "node-4", "taints": ["gpu-maintenance=true:NoSchedule"]}
+    ]
     nodes = {n["node"]: n["deviceClasses"][0] for n in body["nodes"]}
-    assert set(nodes) == {"node-1", "node-2", "node-3"}
+    assert set(nodes) == {"node-1", "node-2", "node-3", "node-4"}
     assert nodes["node-3"]["unavailable"] == 4
+    assert (nodes["node-4"]["tainted"], nodes["node-4"]["free"]) == (4, 0)
     assert sum(n["free"] for n in nodes.values()) == gpus["free"]
     whole_free_nodes = sum(1 for n in nodes.values() if n["free"] == 4)
+    assert whole_free_nodes < 3, "node-4 is no replica of the largest gang"
     assert gpus["largestPlaceableGang"] == {
         "replicas": whole_free_nodes,
         "devicesPerReplica": 4,
@@ -131,7 +140,7 @@ async def test_capacity_counts_devices_by_state_node_and_rack(api: httpx.AsyncCl
     }
     assert gpus["largestReplica"] == max(n["free"] for n in nodes.values())
     racks = {(d["key"], d["value"]): d["deviceClasses"][0]["total"] for d in body["domains"]}
-    assert racks == {("gangq.dev/rack", "r1"): 4, ("gangq.dev/rack", "r2"): 8}
+    assert racks == {("gangq.dev/rack", "r1"): 8, ("gangq.dev/rack", "r2"): 8}
 
 
 async def test_capacity_without_a_cluster_view_is_503(database_url: str, token_file: Path) -> None:

@@ -30,13 +30,23 @@ async def test_every_ui_endpoint_needs_a_token(api: httpx.AsyncClient, path: str
 async def test_cluster_names_holders_only_for_readable_tenants(api: httpx.AsyncClient) -> None:
     admin = (await api.get("/v1/cluster", headers=bearer(CLUSTER_ADMIN))).json()
     (gpus,) = admin["deviceClasses"]
-    assert gpus["usage"]["total"] == 12
+    assert (gpus["usage"]["total"], gpus["usage"]["tainted"]) == (16, 4)
     assert [rack["name"] for rack in gpus["racks"]] == ["r1", "r2"]
     assert {job["key"] for job in admin["jobs"]} == {"team-a/a-small", "team-b/b-one"}
     cells = [cell for rack in gpus["racks"] for node in rack["nodes"] for cell in node["devices"]]
     assert sum(1 for cell in cells if cell[1] == "reserved") == 4
     statuses = {node["name"]: node["status"] for r in gpus["racks"] for node in r["nodes"]}
-    assert statuses == {"node-1": "Ready", "node-2": "Ready", "node-3": "Cordoned"}
+    assert statuses == {
+        "node-1": "Ready",
+        "node-2": "Ready",
+        "node-3": "Cordoned",
+        "node-4": "Ready",
+    }
+    taints = {node["name"]: node["taints"] for r in gpus["racks"] for node in r["nodes"]}
+    assert taints["node-4"] == ["gpu-maintenance=true:NoSchedule"]
+    assert taints["node-1"] == taints["node-3"] == []
+    assert {cell[1] for r in gpus["racks"] for node in r["nodes"] if node["name"] == "node-4"
+            for cell in node["devices"]} == {"tainted"}  # fmt: skip
 
     answer = await api.get("/v1/cluster", headers=bearer(VIEWER_A))
     viewer = answer.json()

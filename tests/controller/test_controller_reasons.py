@@ -40,8 +40,23 @@ async def _max_runtime(harness: Harness) -> dict[str, Any]:
     )
 
 
-async def _node_lost(harness: Harness) -> dict[str, Any]:
+async def _runs_on(harness: Harness) -> dict[str, Any]:
+    """A job that runs until its node goes (`_lose_the_node`)."""
     return training_job("j", replicas=1, run_seconds=None, maxRestarts=0)
+
+
+async def _lose_the_node(harness: Harness, cause: str) -> None:
+    """Once the job runs, its node stops reporting (kube-controller-manager marks it NotReady)
+    or an administrator taints it NoExecute (`kubectl taint nodes NODE
+    gpu-maintenance=true:NoExecute`) and the taint eviction controller deletes the pod."""
+    await wait_for(lambda: harness.phase("j") == "Running")
+    pod = await harness.kube.get(resources.PODS, "ml-train", "j-0")
+    node = pod["spec"]["nodeName"]
+    if cause == "NodeLost":
+        harness.cluster.kubelets.fail_node(node)
+        return
+    taint = {"key": "gpu-maintenance", "value": "true", "effect": "NoExecute"}
+    await harness.kube.patch(resources.NODES, "", node, {"spec": {"taints": [taint]}})
 
 
 Setup = Callable[[Harness], Awaitable[dict[str, Any]]]
@@ -67,9 +82,17 @@ KINDS: list[tuple[str, Setup, str, str]] = [
     ("max-runtime", _max_runtime, "MaxRuntimeExceeded", r"stopped: ran past maxRuntimeSeconds=1"),
     (
         "node-lost",
-        _node_lost,
+        _runs_on,
         "NodeLost",
-        r"replica 0 on gpu-[01]: node is NotReady \(lost\); 0 of 0 restarts used",
+        r"replica 0 on (gpu-[01]): node \1 is NotReady \(NodeStatusUnknown: Kubelet stopped "
+        r"posting node status\.\); 0 of 0 restarts used",
+    ),
+    (
+        "node-tainted",
+        _runs_on,
+        "NodeTainted",
+        r"replica 0 on (gpu-[01]) was evicted: node \1 tainted gpu-maintenance=true:NoExecute; "
+        r"0 of 0 restarts used",
     ),
 ]
 
@@ -96,10 +119,8 @@ async def test_each_failure_kind_says_why_everywhere_kubectl_looks(
     job = await setup(harness)
     harness.start()
     await harness.kube.create(resources.TRAINING_JOBS, "ml-train", job)
-    if cause == "NodeLost":
-        await wait_for(lambda: harness.phase("j") == "Running")
-        pod = await harness.kube.get(resources.PODS, "ml-train", "j-0")
-        harness.cluster.kubelets.fail_node(pod["spec"]["nodeName"])
+    if cause in ("NodeLost", "NodeTainted"):
+        await _lose_the_node(harness, cause)
     await wait_for(lambda: harness.phase("j") == "Failed", within_s=30)
     shown = await harness.kube.get(resources.TRAINING_JOBS, "ml-train", "j")
     reason = shown["status"]["reason"]
@@ -120,6 +141,7 @@ async def test_each_failure_kind_says_why_everywhere_kubectl_looks(
     recorded = [e.details.get("replicas") for e in detail.history if e.details.get("replicas")]
     assert recorded and recorded[-1][0]["replica"] == 0
     assert recorded[-1][0]["node"] == shown["status"]["placement"][0]["node"]
+    assert recorded[-1][0]["reason"] == {"ReplicaFailed": "Error"}.get(cause, cause)
     if cause == "OOMKilled":
         assert recorded[-1][0]["exitCode"] == 137
         assert recorded[-1][0]["message"] == "CUDA out of memory"

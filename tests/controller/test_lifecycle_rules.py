@@ -77,6 +77,23 @@ def _gang(
     )
 
 
+def _node(name: str, **changes: Any) -> model.Node:
+    return model.Node(name=model.NodeName(name), **changes)
+
+
+NODES = {model.NodeName(f"gpu-{r}"): _node(f"gpu-{r}") for r in (0, 1)}
+UNREACHABLE = _node(
+    "gpu-1",
+    ready=False,
+    unready_reason="NodeStatusUnknown: Kubelet stopped posting node status.",
+    taints=(
+        model.Taint("node.kubernetes.io/unreachable", effect="NoSchedule"),
+        model.Taint("node.kubernetes.io/unreachable", effect="NoExecute"),
+    ),
+)
+MAINTENANCE = model.Taint("gpu-maintenance", "true", "NoExecute")
+
+
 def _context(**changes: Any) -> lifecycle.Context:
     values: dict[str, Any] = {
         "now": 100.0,
@@ -85,8 +102,30 @@ def _context(**changes: Any) -> lifecycle.Context:
         "admitted_at_s": 0.0,
         "restarts": 0,
         "max_restarts": 3,
+        "nodes": NODES,
     }
     return lifecycle.Context(**{**values, **changes})
+
+
+def _on(*nodes: model.Node) -> dict[model.NodeName, model.Node]:
+    """The scenario's nodes, with these in place of theirs."""
+    return {**NODES, **{n.name: n for n in nodes}}
+
+
+def _deleted(replica: int) -> dict[str, Any]:
+    """A pod someone deleted, still terminating."""
+    deleted = _pod(replica)
+    deleted["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:05Z"
+    return deleted
+
+
+def _evicted(replica: int, reason: str, message: str) -> dict[str, Any]:
+    """A pod a controller marked (DisruptionTarget) and deleted, still terminating."""
+    evicted = _deleted(replica)
+    evicted["status"]["conditions"].append(
+        {"type": "DisruptionTarget", "status": "True", "reason": reason, "message": message}
+    )
+    return evicted
 
 
 CASES = [
@@ -186,7 +225,41 @@ CASES = [
     (
         "node-not-ready",
         _gang(running=True),
-        _context(unready_nodes=frozenset({"gpu-1"})),
+        _context(nodes=_on(UNREACHABLE)),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.REQUEUE,
+    ),
+    (
+        "ran-and-every-pod-is-gone",
+        _gang(running=True, pods={}),
+        _context(nodes=_on(_node("gpu-0", taints=(MAINTENANCE,)))),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.REQUEUE,
+    ),
+    (
+        "long-running-pod-deleted-restarts-in-place",
+        _gang(running=True, pods={0: _deleted(0), 1: _pod(1)}),
+        _context(long_running=True),
+        lifecycle.Action.RESTART_IN_PLACE,
+        None,
+    ),
+    (
+        "long-running-evicted-by-its-node-taint-leaves-the-node",
+        _gang(
+            running=True,
+            pods={0: _evicted(0, lifecycle.TAINT_MANAGER, "Taint manager: ..."), 1: _pod(1)},
+        ),
+        _context(long_running=True, nodes=_on(_node("gpu-0", taints=(MAINTENANCE,)))),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.REQUEUE,
+    ),
+    (
+        "long-running-drained-leaves-the-node",
+        _gang(
+            running=True,
+            pods={0: _evicted(0, "EvictionByEvictionAPI", "Eviction API: evicting"), 1: _pod(1)},
+        ),
+        _context(long_running=True),
         lifecycle.Action.TEARDOWN,
         lifecycle.Ending.REQUEUE,
     ),
@@ -288,8 +361,63 @@ REASONS = [
     (
         "node-lost",
         _gang(running=True),
-        _context(unready_nodes=frozenset({"gpu-1"}), max_restarts=0),
-        ("NodeLost", "replica 1 on gpu-1: node is NotReady (lost); 0 of 0 restarts used"),
+        _context(nodes=_on(UNREACHABLE), max_restarts=0),
+        (
+            "NodeLost",
+            "replica 1 on gpu-1: node gpu-1 is NotReady (NodeStatusUnknown: Kubelet stopped "
+            "posting node status.); 0 of 0 restarts used",
+        ),
+    ),
+    (
+        "node-tainted-by-the-taint-manager",
+        _gang(
+            running=True,
+            pods={0: _pod(0), 1: _evicted(1, lifecycle.TAINT_MANAGER, "Taint manager: ...")},
+        ),
+        _context(nodes=_on(_node("gpu-1", taints=(MAINTENANCE,))), max_restarts=1),
+        (
+            "NodeTainted",
+            "replica 1 on gpu-1 was evicted: node gpu-1 tainted gpu-maintenance=true:NoExecute; "
+            "restart 1 of 1",
+        ),
+    ),
+    (
+        "pod-gone-from-a-tainted-node",
+        _gang(running=True, pods={1: _pod(1)}),
+        _context(nodes=_on(_node("gpu-0", taints=(MAINTENANCE,)))),
+        (
+            "NodeTainted",
+            "replica 0 on gpu-0 was evicted: node gpu-0 tainted gpu-maintenance=true:NoExecute; "
+            "restart 1 of 3",
+        ),
+    ),
+    (
+        "node-deleted",
+        _gang(running=True, pods={0: _pod(0)}),
+        _context(nodes={model.NodeName("gpu-0"): NODES[model.NodeName("gpu-0")]}),
+        ("NodeLost", "replica 1 on gpu-1: node gpu-1 no longer exists; restart 1 of 3"),
+    ),
+    (
+        "drained",
+        _gang(
+            running=True,
+            pods={
+                0: _evicted(0, "EvictionByEvictionAPI", "Eviction API: evicting"),
+                1: _pod(1),
+            },
+        ),
+        _context(),
+        (
+            "Evicted",
+            "replica 0 on gpu-0 was evicted: Eviction API: evicting (EvictionByEvictionAPI); "
+            "restart 1 of 3",
+        ),
+    ),
+    (
+        "pod-deleted",
+        _gang(running=True, pods={0: _pod(0), 1: _deleted(1)}),
+        _context(),
+        ("ReplicaLost", "replica 1 on gpu-1: its pod was deleted; restart 1 of 3"),
     ),
     (
         "startup-timeout",

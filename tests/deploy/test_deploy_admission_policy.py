@@ -111,7 +111,7 @@ REFUSED_ADMIN = "adminAccess is not allowed"
 
 def test_every_cel_expression_compiles() -> None:
     compiled = [cel.compile(e) for p in policies().values() for e in expressions(p)]
-    assert len(compiled) == 21  # 5 match conditions, 7 variables, 9 validations
+    assert len(compiled) == 22  # 5 match conditions, 8 variables, 9 validations
 
 
 def test_every_policy_has_one_denying_binding() -> None:
@@ -219,9 +219,57 @@ def test_policies_name_the_controller_service_account_the_base_deploys() -> None
     assert all(GANGQ in p["spec"]["matchConditions"][0]["expression"] for p in policies().values())
 
 
-WORKLOAD = "system:serviceaccount:ml-train:trainer"
-POD_OF = {"authentication.kubernetes.io/pod-name": ["train-llm-0"]}
-REFUSED_OTHER_JOB = "a pod may report checkpoints only for its own TrainingJob"
+TRAINER = "system:serviceaccount:ml-train:trainer"
+SERVICE_ACCOUNT_GROUPS = ["system:serviceaccounts", "system:serviceaccounts:ml-train"]
+
+
+def service_account_user(username: str, **extra: str) -> dict[str, Any]:
+    """userInfo as kube-apiserver 1.36 derives it from a service account token: the JTI as
+    credential id, and for a token bound to a pod that pod and its node."""
+    namespace = username.split(":")[2]
+    return {
+        "username": username,
+        "uid": "0e4d0a3c-6a51-4d1b-9f0e-2b8f6c1d7a10",
+        "groups": [
+            "system:serviceaccounts",
+            f"system:serviceaccounts:{namespace}",
+            "system:authenticated",
+        ],
+        "extra": {
+            "authentication.kubernetes.io/credential-id": [
+                "JTI=6d2f8a9e-3c4b-4e1f-a5d7-1b2c3d4e5f60"
+            ],
+            **{
+                f"authentication.kubernetes.io/{key.replace('_', '-')}": [v]
+                for key, v in extra.items()
+            },
+        },
+    }
+
+
+def pod_token(pod_name: str, username: str = TRAINER) -> dict[str, Any]:
+    """The projected token a pod runs with (the kubelet requests it bound to the pod)."""
+    return service_account_user(
+        username,
+        pod_name=pod_name,
+        pod_uid="5f1c6f0e-8d8e-4a5e-b0f2-7a3c9e2d4b11",
+        node_name="gpu-3",
+        node_uid="a9b8c7d6-e5f4-4321-9876-0fedcba98765",
+    )
+
+
+POD_OF = pod_token("train-llm-0")
+CREATED_TOKEN = service_account_user(TRAINER)
+"""`kubectl create token trainer -n ml-train`: the same account, bound to no pod."""
+A_PERSON = {
+    "username": TENANT,
+    "groups": ["ml-team", "system:authenticated"],
+    "extra": {"authentication.kubernetes.io/credential-id": ["X509SHA256=9a4c1f"]},
+}
+GARBAGE_COLLECTOR = service_account_user(
+    "system:serviceaccount:kube-system:generic-garbage-collector"
+)
+REFUSED_NOT_BOUND = "a service account may change a TrainingJob only with the token of one of"
 REFUSED_FIELDS = "a workload may not change a TrainingJob's spec"
 REFUSED_ANNOTATION = "a workload may change only the annotation gangq.dev/last-checkpoint"
 
@@ -232,12 +280,18 @@ def training_job(
     annotations: dict[str, str] | None = None,
     labels: dict[str, str] | None = None,
     replicas: int = 4,
+    finalizers: list[str] | None = None,
+    owners: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name, "namespace": "ml-train"}
     if annotations is not None:
         metadata["annotations"] = annotations
     if labels is not None:
         metadata["labels"] = labels
+    if finalizers is not None:
+        metadata["finalizers"] = finalizers
+    if owners is not None:
+        metadata["ownerReferences"] = owners
     return {
         "apiVersion": "gangq.dev/v1alpha1",
         "kind": "TrainingJob",
@@ -246,18 +300,18 @@ def training_job(
     }
 
 
-def update_denials(
-    old: dict[str, Any], new: dict[str, Any], *, user: str, extra: dict[str, list[str]]
-) -> list[str]:
-    """`denials` for an UPDATE of a TrainingJob by `user` with token extras `extra`."""
+def update_denials(old: dict[str, Any], new: dict[str, Any], *, user: dict[str, Any]) -> list[str]:
+    """`denials` for an UPDATE of a TrainingJob by the authenticated `user` (userInfo)."""
     policy = policies()["gangq-checkpoint-reports"]
     context: dict[str, Any] = {
         "object": new,
         "oldObject": old,
         "request": {
-            "userInfo": {"username": user, "extra": extra},
+            "userInfo": user,
             "operation": "UPDATE",
             "namespace": new["metadata"]["namespace"],
+            "name": new["metadata"]["name"],
+            "resource": {"group": "gangq.dev", "version": "v1alpha1", "resource": "trainingjobs"},
         },
     }
     spec = policy["spec"]
@@ -277,27 +331,34 @@ def update_denials(
 
 
 STAMP = {"gangq.dev/last-checkpoint": "2026-12-01T15:00:00Z"}
+OWNER = {
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "name": "sweep",
+    "uid": "c0ffee00-0000-4000-8000-000000000001",
+}
 REPORT_CASES = [
-    pytest.param(
-        training_job(), training_job(annotations=STAMP), WORKLOAD, POD_OF, [], id="report"
-    ),
+    pytest.param(training_job(), training_job(annotations=STAMP), POD_OF, [], id="report"),
     pytest.param(
         training_job(annotations={**STAMP, "team": "x"}),
         training_job(
             annotations={"gangq.dev/last-checkpoint": "2026-12-01T16:00:00Z", "team": "x"}
         ),
-        WORKLOAD,
         POD_OF,
         [],
         id="move-the-report",
     ),
     pytest.param(
-        training_job(), training_job(replicas=8), WORKLOAD, POD_OF, [REFUSED_FIELDS], id="spec"
+        training_job(),
+        training_job(annotations=STAMP),
+        pod_token("train-llm-3"),
+        [],
+        id="report-from-another-replica",
     ),
+    pytest.param(training_job(), training_job(replicas=8), POD_OF, [REFUSED_FIELDS], id="spec"),
     pytest.param(
         training_job(),
         training_job(labels={"gangq.dev/family": "x"}),
-        WORKLOAD,
         POD_OF,
         [REFUSED_FIELDS],
         id="labels",
@@ -305,7 +366,6 @@ REPORT_CASES = [
     pytest.param(
         training_job(annotations={"team": "x"}),
         training_job(annotations={**STAMP}),
-        WORKLOAD,
         POD_OF,
         [REFUSED_ANNOTATION],
         id="drop-another-annotation",
@@ -313,7 +373,6 @@ REPORT_CASES = [
     pytest.param(
         training_job(),
         training_job(annotations={**STAMP, "gangq.dev/ending": "{}"}),
-        WORKLOAD,
         POD_OF,
         [REFUSED_ANNOTATION],
         id="add-another-annotation",
@@ -321,32 +380,76 @@ REPORT_CASES = [
     pytest.param(
         training_job("train-llm-2"),
         training_job("train-llm-2", annotations=STAMP),
-        WORKLOAD,
         POD_OF,
-        [REFUSED_OTHER_JOB],
+        [REFUSED_NOT_BOUND],
         id="another-job",
     ),
-    pytest.param(training_job(), training_job(replicas=8), TENANT, {}, [], id="a-person"),
+    pytest.param(
+        training_job(),
+        training_job(annotations=STAMP),
+        pod_token("train-llm-2-0"),
+        [REFUSED_NOT_BOUND],
+        id="a-pod-of-a-job-with-a-longer-name",
+    ),
+    pytest.param(
+        training_job(),
+        training_job(annotations=STAMP),
+        CREATED_TOKEN,
+        [REFUSED_NOT_BOUND],
+        id="created-token-reports",
+    ),
+    pytest.param(
+        training_job("train-llm-2"),
+        training_job("train-llm-2", labels={"gangq.dev/family": "x"}),
+        CREATED_TOKEN,
+        [REFUSED_NOT_BOUND, REFUSED_FIELDS],
+        id="created-token-changes-another-jobs-labels",
+    ),
+    pytest.param(
+        training_job(),
+        training_job(annotations=STAMP),
+        pod_token("train-llm-0", "system:serviceaccount:ci:deployer"),
+        [REFUSED_NOT_BOUND],
+        id="a-pod-of-the-same-name-in-another-namespace",
+    ),
     pytest.param(
         training_job(),
         training_job(replicas=8),
-        "system:serviceaccount:ci:deployer",
-        {"authentication.kubernetes.io/pod-name": ["deployer-0"]},
+        service_account_user("system:serviceaccount:ci:deployer"),
+        [REFUSED_NOT_BOUND, REFUSED_FIELDS],
+        id="a-service-account-of-another-namespace",
+    ),
+    pytest.param(training_job(), training_job(replicas=8), A_PERSON, [], id="a-person"),
+    pytest.param(
+        training_job(),
+        training_job(replicas=8),
+        service_account_user(GANGQ),
         [],
-        id="a-pod-of-another-namespace",
+        id="gangq",
+    ),
+    pytest.param(
+        training_job(owners=[OWNER]),
+        training_job(owners=[]),
+        GARBAGE_COLLECTOR,
+        [],
+        id="garbage-collector-orphans",
+    ),
+    pytest.param(
+        training_job(finalizers=["foregroundDeletion"]),
+        training_job(finalizers=[]),
+        GARBAGE_COLLECTOR,
+        [],
+        id="garbage-collector-ends-a-foreground-deletion",
     ),
 ]
 
 
-@pytest.mark.parametrize(("old", "new", "user", "extra", "expected"), REPORT_CASES)
+@pytest.mark.parametrize(("old", "new", "user", "expected"), REPORT_CASES)
 def test_checkpoint_reports(
-    old: dict[str, Any],
-    new: dict[str, Any],
-    user: str,
-    extra: dict[str, list[str]],
-    expected: list[str],
+    old: dict[str, Any], new: dict[str, Any], user: dict[str, Any], expected: list[str]
 ) -> None:
-    """A pod of the job's namespace may move only the checkpoint annotation of its own job."""
-    found = update_denials(old, new, user=user, extra=extra)
+    """A service account changes a TrainingJob only with a token of one of the job's pods, and
+    then only the checkpoint annotation; people, gangq and kube-system's controllers are free."""
+    found = update_denials(old, new, user=user)
     assert [m[: len(e)] for m, e in zip(found, expected, strict=False)] == expected
     assert len(found) == len(expected)

@@ -69,7 +69,11 @@ async def test_a_failed_node_goes_not_ready_and_its_pods_lose_ready(
     await wait_until(lambda: _pod(cluster, "victim")["status"]["phase"] == "Running")
     cluster.kubelets.fail_node("gpu-1")
     _, node, _ = await http.request("GET", "/api/v1/nodes/gpu-1")
-    assert node["spec"]["taints"][0]["key"] == "node.kubernetes.io/not-ready"
+    # As the node lifecycle controller taints a node whose Ready condition is Unknown.
+    assert [(t["key"], t["effect"]) for t in node["spec"]["taints"]] == [
+        ("node.kubernetes.io/unreachable", "NoSchedule"),
+        ("node.kubernetes.io/unreachable", "NoExecute"),
+    ]
     assert {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"] == "Unknown"
     conditions = {c["type"]: c["status"] for c in _pod(cluster, "victim")["status"]["conditions"]}
     assert conditions["Ready"] == "False"

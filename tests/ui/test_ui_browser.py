@@ -83,7 +83,11 @@ def test_cluster_shows_every_device_with_its_holder(admin: Page) -> None:
     assert "inference/llm-prod" in (
         admin.evaluate("document.activeElement.getAttribute('aria-label')") or ""
     )
-    assert admin.locator("main .cells .cell.free").count() == DEMO_CELLS - 24
+    # gpu-8 and gpu-9 are tainted gangq.dev/slices=true:NoSchedule: their cells (8 whole GPUs,
+    # 104 partition cells, 8 shared GPUs) are apart from the free ones, the taint beside them.
+    assert admin.locator("main .cells .cell.tainted").count() == 8 + 104 + 8
+    assert admin.locator("main .cells .cell.free").count() == DEMO_CELLS - 24 - 120
+    assert "tainted gangq.dev/slices=true:NoSchedule" in admin.inner_text("main")
     screenshot(admin, "cluster")
     assert admin.errors == []  # type: ignore[attr-defined]
 
