@@ -80,3 +80,12 @@ def test_package_data_is_found_next_to_the_modules_that_read_it() -> None:
     assert any((schema.migrations_dir() / "versions").glob("*.py"))
     assert runner.default_crd().read_text() == (ROOT / "crds" / "trainingjob.yaml").read_text()
     assert (scenario.default_directory() / "scenario.yaml").is_file()
+
+
+def test_type_checking_maps_the_import_names_onto_the_folders() -> None:
+    """mypy finds gangq.queue and gangq.api through these links whatever the install mode."""
+    mypy_path = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["mypy_path"]
+    mapped = ROOT / mypy_path / "gangq"
+    assert (mapped / "queue").resolve() == ROOT / "queue"
+    assert (mapped / "api").resolve() == ROOT / "api"
+    assert sorted(path.name for path in mapped.iterdir()) == ["api", "queue"]
