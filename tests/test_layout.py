@@ -63,3 +63,29 @@ def test_the_controller_never_imports_the_http_layer() -> None:
         if path not in composers and HTTP_LAYER_IMPORT.search(path.read_text())
     ]
     assert offenders == []
+
+
+def test_package_data_is_found_next_to_the_modules_that_read_it() -> None:
+    """Every install mode holds these paths; under setuptools' default editable install (the
+    README's) `importlib.resources` could not even read `gangq.api`, and its import failed."""
+    from gangq.api.routers import ui
+    from gangq.queue.demo import runner, scenario
+    from gangq.queue.store import schema
+
+    shipped = {path.name for path in (ROOT / "api" / "ui").iterdir() if path.is_file()}
+    assert set(ui.FILES) == {
+        name for name in shipped if "." + name.rpartition(".")[2] in ui.CONTENT_TYPES
+    }
+    assert (schema.migrations_dir() / "env.py").is_file()
+    assert any((schema.migrations_dir() / "versions").glob("*.py"))
+    assert runner.default_crd().read_text() == (ROOT / "crds" / "trainingjob.yaml").read_text()
+    assert (scenario.default_directory() / "scenario.yaml").is_file()
+
+
+def test_type_checking_maps_the_import_names_onto_the_folders() -> None:
+    """mypy finds gangq.queue and gangq.api through these links whatever the install mode."""
+    mypy_path = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["mypy_path"]
+    mapped = ROOT / mypy_path / "gangq"
+    assert (mapped / "queue").resolve() == ROOT / "queue"
+    assert (mapped / "api").resolve() == ROOT / "api"
+    assert sorted(path.name for path in mapped.iterdir()) == ["api", "queue"]

@@ -8,7 +8,7 @@ allows only this origin's scripts, styles and connections (no inline code, no CD
 
 from __future__ import annotations
 
-from importlib import resources
+from pathlib import Path
 
 from fastapi import APIRouter, HTTPException, status
 from fastapi.responses import RedirectResponse, Response
@@ -27,10 +27,14 @@ POLICY = (
 )
 
 
+FOLDER = Path(__file__).parent.parent / "ui"
+"""api/ui, found relative to this module: `gangq.api` has no `__init__.py`, and under
+setuptools' default editable install `importlib.resources` cannot read such a package."""
+
+
 def _files() -> dict[str, tuple[bytes, str]]:
-    folder = resources.files("gangq.api").joinpath("ui")
     found = {}
-    for entry in folder.iterdir():
+    for entry in FOLDER.iterdir():
         suffix = "." + entry.name.rpartition(".")[2]
         if entry.is_file() and suffix in CONTENT_TYPES:
             found[entry.name] = (entry.read_bytes(), CONTENT_TYPES[suffix])

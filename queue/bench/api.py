@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from gangq.queue import eventloop
+from gangq.queue.bench import extras
 
 HOSTINGS = ("before", "same-loop", "own-thread")
 DELAY_GOAL_MS = 20.0
@@ -46,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    extras.require("api", "httpx")
     figures = eventloop.run(_measure_all(args))
     if args.json:
         print(json.dumps(figures))
@@ -195,6 +195,8 @@ def hammer(load: Load, results: Any) -> None:
 
 
 async def _hammer(load: Load) -> dict[str, int]:
+    import httpx
+
     base_url, clients, seconds = load.base_url, load.clients, load.seconds
     large = b'{"quotas": [' + b" " * load.body_bytes + b"]}"
     admin = {"Authorization": f"Bearer {load.token}"}

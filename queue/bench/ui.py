@@ -20,9 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from gangq.queue import eventloop
+from gangq.queue.bench import extras
 
 PAGES = ("cluster", "queue", "jobs", "tenants")
 LOAD_GOAL_S = 1.0
@@ -41,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    extras.require("ui", "httpx", "playwright")
     figures = eventloop.run(_measure(args))
     if args.json:
         print(json.dumps(figures))
@@ -129,6 +129,8 @@ async def _build_state(url: str, *, nodes: int, jobs: int) -> Any:
 
 
 async def _latencies(base: str, token: str, args: argparse.Namespace) -> dict[str, Any]:
+    import httpx
+
     headers = {"Authorization": f"Bearer {token}"}
 
     async def reads(client: httpx.AsyncClient) -> list[float]:

@@ -17,7 +17,6 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +46,8 @@ STOP_SECONDS = 10.0
 
 
 def default_crd() -> Path:
-    """crds/trainingjob.yaml, shipped as package data of this package."""
-    return Path(str(resources.files("gangq.queue.demo").joinpath("crds", "trainingjob.yaml")))
+    """crds/trainingjob.yaml, shipped as package data of this package (next to this module)."""
+    return Path(__file__).parent / "crds" / "trainingjob.yaml"
 
 
 @dataclass(frozen=True, slots=True)

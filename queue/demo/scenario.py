@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,8 @@ TRAINING_JOB_KIND = "TrainingJob"
 
 
 def default_directory() -> Path:
-    """examples/reference, shipped as package data of this package."""
-    return Path(str(resources.files("gangq.queue.demo").joinpath("reference")))
+    """examples/reference, shipped as package data of this package (next to this module)."""
+    return Path(__file__).parent / "reference"
 
 
 class Trigger(BaseModel):

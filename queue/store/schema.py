@@ -1,13 +1,12 @@
 """Schema versions: apply the Alembic migrations and tell whether a database is up to date.
 
 Owns the Alembic configuration (built in code, no alembic.ini needed) and the location of the
-migration scripts, found through the package so that source checkouts and installed wheels
-behave the same. It must not define DDL: `migrations/` is the only source of it.
+migration scripts, found next to this module so that source checkouts, editable installs and
+installed wheels behave the same. It must not define DDL: `migrations/` is the only source of it.
 """
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 from alembic import command
@@ -25,8 +24,12 @@ MIGRATION_LOCK_KEY = 0x6761_6E67_7102
 
 
 def migrations_dir() -> Path:
-    """The folder holding env.py and versions/, shipped as package data of this package."""
-    return Path(str(resources.files("gangq.queue.store").joinpath("migrations")))
+    """The folder holding env.py and versions/, shipped as package data of this package.
+
+    Found next to this module rather than through `importlib.resources`, which cannot read a
+    package of setuptools' default editable install; the path holds in every install mode.
+    """
+    return Path(__file__).parent / "migrations"
 
 
 def alembic_config() -> Config:
