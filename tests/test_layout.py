@@ -8,6 +8,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 HTTP_LAYER_IMPORT = re.compile(r"^\s*(from|import) gangq\.api\b", re.MULTILINE)
 
@@ -69,7 +71,7 @@ def test_package_data_is_found_next_to_the_modules_that_read_it() -> None:
     """Every install mode holds these paths; under setuptools' default editable install (the
     README's) `importlib.resources` could not even read `gangq.api`, and its import failed."""
     from gangq.api.routers import ui
-    from gangq.queue.demo import runner, scenario
+    from gangq.queue.demo import runner, scenario, serviceaccount
     from gangq.queue.store import schema
 
     shipped = {path.name for path in (ROOT / "api" / "ui").iterdir() if path.is_file()}
@@ -80,6 +82,8 @@ def test_package_data_is_found_next_to_the_modules_that_read_it() -> None:
     assert any((schema.migrations_dir() / "versions").glob("*.py"))
     assert runner.default_crd().read_text() == (ROOT / "crds" / "trainingjob.yaml").read_text()
     assert (scenario.default_directory() / "scenario.yaml").is_file()
+    rbac = (ROOT / "deploy" / "base" / "rbac.yaml").read_text()
+    assert serviceaccount.shipped_rbac() == [d for d in yaml.safe_load_all(rbac) if d]
 
 
 def test_type_checking_maps_the_import_names_onto_the_folders() -> None:

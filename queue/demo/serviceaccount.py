@@ -8,7 +8,7 @@ anything of its own: a permission the controller lacks belongs in deploy/base/rb
 
 from __future__ import annotations
 
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -22,7 +22,7 @@ USER = f"system:serviceaccount:{NAMESPACE}:{NAME}"
 
 def shipped_rbac() -> list[dict[str, Any]]:
     """The ClusterRole, Role and bindings of deploy/base/rbac.yaml."""
-    text = resources.files("gangq.queue.demo").joinpath("rbac.yaml").read_text()
+    text = (Path(__file__).parent / "rbac.yaml").read_text()
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 

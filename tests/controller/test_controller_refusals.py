@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gangq.queue.config import QuotaConfig, TenantConfig
+from gangq.queue.demo import serviceaccount
 from gangq.queue.kube import resources, retry
 from gangq.queue.kube.client import KubeError
 from tests.controller import api_refusals, bad_input
@@ -150,6 +152,23 @@ async def _queued_for_gangq(
     assert counts.get("failed", 0) == 0, counts
 
 
+def _shipped_rbac_without(resource: str, verb: str) -> list[dict[str, Any]]:
+    """deploy/'s RBAC less one verb on one resource: the emulator then refuses gangq what a
+    real cluster with that RBAC refuses it, in the same words."""
+    documents = serviceaccount.shipped_rbac()
+    role = next(d for d in documents if d["kind"] == "ClusterRole")
+    for rule in role["rules"]:
+        if resource in rule["resources"] and verb in rule["verbs"]:
+            rule["resources"] = [r for r in rule["resources"] if r != resource]
+            role["rules"].append({**rule, "resources": [resource]})
+            role["rules"][-1]["verbs"] = [v for v in rule["verbs"] if v != verb]
+            break
+    else:
+        raise AssertionError(f"deploy/ grants no {verb} on {resource}")
+    role["rules"] = [r for r in role["rules"] if r["resources"] and r["verbs"]]
+    return documents
+
+
 def _api_errors(harness: Harness, resource: str, code: str) -> float:
     found = harness.metrics["a"].registry.get_sample_value(
         "gangq_api_errors_total", {"resource": resource, "code": code}
@@ -160,15 +179,11 @@ def _api_errors(harness: Harness, resource: str, code: str) -> float:
 async def test_an_allocation_refused_for_a_missing_permission_leaves_the_job_queued(
     harness: Harness, database_url: str, tmp_path: Path
 ) -> None:
-    """Case 11-01: without `resourceclaims/binding` every allocation gangq writes is a 422 about
+    """Case 11-01, refused by the emulator's RBAC as by a real server: without
+    `resourceclaims/binding` every allocation gangq writes is a 422 about
     `status.allocation`, a field of gangq's: the job waits with the controller's problem, and
     runs once the permission is granted, without anyone touching it."""
-    harness.cluster.faults.refuse_next(
-        1_000_000,
-        api_refusals.missing_binding("llm-prod-0"),
-        verb="patch",
-        resource="resourceclaims",
-    )
+    harness.cluster.apply(_shipped_rbac_without("resourceclaims/binding", "patch"))
     harness.start()
     body = training_job(
         "llm-prod", namespace="inference", tier="prod-inference", replicas=1, run_seconds=None
@@ -183,7 +198,7 @@ async def test_an_allocation_refused_for_a_missing_permission_leaves_the_job_que
     )
     assert _api_errors(harness, "resourceclaims", "422") >= 1
 
-    harness.cluster.faults.clear()  # the permission is granted
+    harness.cluster.apply(serviceaccount.shipped_rbac())  # the permission is granted
     await wait_for(lambda: harness.phase("llm-prod", "inference") == "Running", within_s=30)
     claims = harness.objects(resources.RESOURCE_CLAIMS, "inference")
     assert [c["metadata"]["name"] for c in claims] == ["llm-prod-0"]  # none left behind
@@ -193,12 +208,7 @@ async def test_an_allocation_refused_for_a_missing_permission_leaves_the_job_que
 async def test_a_pod_create_forbidden_to_gangq_leaves_the_job_queued(
     harness: Harness, database_url: str, tmp_path: Path
 ) -> None:
-    harness.cluster.faults.refuse_next(
-        1_000_000,
-        api_refusals.forbidden("create", "pods", "ml-train"),
-        verb="create",
-        resource="pods",
-    )
+    harness.cluster.apply(_shipped_rbac_without("pods", "create"))
     harness.start()
     body = training_job("forbidden", replicas=2, run_seconds=None)
     await harness.kube.create(resources.TRAINING_JOBS, "ml-train", body)
@@ -211,7 +221,7 @@ async def test_a_pod_create_forbidden_to_gangq_leaves_the_job_queued(
     )
     assert _api_errors(harness, "pods", "403") >= 1
 
-    harness.cluster.faults.clear()
+    harness.cluster.apply(serviceaccount.shipped_rbac())
     await wait_for(lambda: harness.phase("forbidden") == "Running", within_s=30)
     claims = harness.objects(resources.RESOURCE_CLAIMS, "ml-train")
     assert sorted(c["metadata"]["name"] for c in claims) == ["forbidden-0", "forbidden-1"]
