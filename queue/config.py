@@ -35,9 +35,6 @@ class TierConfig(BaseModel):
     """Serving tiers never finish by themselves: failed pods restart in place, replicas scale."""
     preemption_delay_s: float = Field(default=0.0, ge=0, alias="preemptionDelaySeconds")
     """A job of this tier evicts nobody (reclaim included) before it has waited this long."""
-    reclaim_within_s: float = Field(default=0.0, ge=0, alias="reclaimWithinSeconds")
-    """A reclaim of nominal quota waits this long at most for borrowed devices predicted to
-    come free by themselves before it evicts borrowers."""
     always_preempts: bool = Field(default=False, alias="alwaysPreempts")
     """Evicts lower tiers without weighing their lost work against its wait (serving)."""
 
@@ -48,7 +45,6 @@ class TierConfig(BaseModel):
             min_runtime_before_preemption_s=self.min_runtime_before_preemption_s,
             long_running=self.long_running,
             preemption_delay_s=self.preemption_delay_s,
-            reclaim_within_s=self.reclaim_within_s,
             always_preempts=self.always_preempts,
         )
 
@@ -96,7 +92,6 @@ def _default_tiers() -> tuple[TierConfig, ...]:
                 "minRuntimeBeforePreemptionSeconds": tier.min_runtime_before_preemption_s,
                 "longRunning": tier.long_running,
                 "preemptionDelaySeconds": tier.preemption_delay_s,
-                "reclaimWithinSeconds": tier.reclaim_within_s,
                 "alwaysPreempts": tier.always_preempts,
             }
         )
