@@ -131,6 +131,9 @@ class ControllerSettings(BaseSettings):
     preemption_cost_factor: float = Field(default=1.0, gt=0)
     """An eviction pays when the victims' lost device-seconds are at most this times the
     preemptor's devices x its expected wait without it (rule 6, docs/sim.md)."""
+    unsaved_borrow_s: float | None = Field(default=None, gt=0)
+    """When set, borrowers without a checkpoint interval leave free the share of other tenants'
+    unused nominal quota their expected run is of this many seconds (docs/sim.md); unset: off."""
     cycle_interval_s: float = Field(default=5.0, gt=0)
     """Longest pause between two cycles when nothing wakes the loop (polling safety net)."""
     coalesce_s: float = Field(default=0.05, ge=0)
@@ -166,6 +169,7 @@ class ControllerSettings(BaseSettings):
             managed_device_classes=self.managed_device_classes,
             topology_keys=self.topology_keys,
             preemption_cost_factor=self.preemption_cost_factor,
+            unsaved_borrow_s=self.unsaved_borrow_s,
         )
 
     def tier(self, name: str) -> TierConfig | None:

@@ -278,23 +278,22 @@ def _ends_before_owed(job: PendingJob, *, owed: int, free: int, state: CycleStat
 
 
 def _risks_reclaim(job: PendingJob, *, state: CycleState) -> bool:
-    """A borrower without checkpoints takes devices other tenants may claim within nominal:
-    a reclaim then destroys its whole run or (rule 6, when that costs more than the
-    reclaimer's wait) keeps that tenant from its nominal quota until it ends. The longer it
-    runs, the likelier that is: it leaves free the share `run / Policy.unsaved_borrow_s` of
-    their unused nominal quota. True (the reason recorded) when it must wait although it
-    fits; a job that does not fit waits for capacity and gets its reservation as any other
-    (it is judged again when it fits). Serving tiers restart without losing a run, so they
-    are exempt."""
-    if job.checkpoint_interval_s is not None or state.tiers[job.tier].long_running:
+    """With `Policy.unsaved_borrow_s`: a borrower without checkpoints takes devices other
+    tenants may claim within nominal, and a reclaim then destroys its whole run or (rule 6,
+    when that costs more than the reclaimer's wait) keeps that tenant from its nominal quota
+    until it ends. The longer it runs, the likelier that is: it leaves free the share
+    `run / unsaved_borrow_s` of their unused nominal quota. True (the reason recorded) when
+    it must wait although it fits; a job that does not fit waits for capacity and gets its
+    reservation as any other (it is judged again when it fits). Serving tiers restart
+    without losing a run, so they are exempt."""
+    horizon = state.policy.unsaved_borrow_s
+    if horizon is None or job.checkpoint_interval_s is not None:
+        return False
+    if state.tiers[job.tier].long_running:
         return False
     run = _job_end(job, state=state) - state.now
     unused = state.book.unused_nominal(job.device_class, besides=job.tenant)
-    left = (
-        unused
-        if run >= state.policy.unsaved_borrow_s
-        else int(unused * run / state.policy.unsaved_borrow_s)
-    )
+    left = unused if run >= horizon else int(unused * run / horizon)
     free = state.pool.free_count(job.device_class)
     if free - job.device_count >= left:
         return False

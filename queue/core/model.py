@@ -388,11 +388,14 @@ class Policy:
     preemption_cost_factor: float = 1.0
     """Preemption pays (rule 6) when the victims' lost device-seconds are at most this times
     the preemptor's devices x its expected wait without the eviction (docs/sim.md)."""
-    unsaved_borrow_s: float = 86_400.0
-    """A borrower that declares no checkpoint interval leaves free the share of other
-    tenants' unused nominal quota that its expected run is of this (all of it for a run this
-    long or unbounded): the longer it runs, the likelier a tenant under nominal wants its
-    devices back, and a reclaim would destroy all its work (docs/sim.md)."""
+    unsaved_borrow_s: float | None = None
+    """When set, a borrower that declares no checkpoint interval leaves free the share of
+    other tenants' unused nominal quota that its expected run is of this (all of it for a run
+    this long or unbounded): a reclaim would destroy all its work, or keep a tenant under
+    nominal waiting until it ends. None: such borrowers leave only what tenants waiting now
+    are owed (module `owed`), as every borrower does; measured on weeks shaped like public
+    traces, holding them back further cost utilization and waits and saved no work once
+    reclaims pay for themselves (docs/sim.md)."""
     preemption_search_steps: int = 3_000
     """Candidate gangs all victim searches of one cycle may examine; jobs whose search is cut
     short keep a capacity reason and are searched again in the next cycle."""

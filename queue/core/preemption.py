@@ -5,8 +5,8 @@ cost of a victim set (`set_cost`: tier, use within nominal, eviction cost) and t
 `cheapest_on_node` enumerates the gangs of one node exactly (a one-replica preemptor), and
 `select_victims` removes candidates in victim order until the job fits, then gives back every
 victim the placement does not need, most expensive first, so the set is minimal; a gang of
-several replicas also tries them node by node (`by_clearance`) and keeps the cheaper set. Evicting is
-the actuator's job; nothing here has side effects.
+several replicas also tries them node by node (`by_clearance`) and keeps the cheaper set.
+Evicting is the actuator's job; nothing here has side effects.
 """
 
 from __future__ import annotations

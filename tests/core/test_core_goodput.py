@@ -343,7 +343,7 @@ def test_a_reclaim_never_destroys_more_than_its_tenant_has_waited(
     assert bool(result.preemptions) == (victim.eviction_cost_device_s(NOW) <= kept)
 
 
-# --- long borrowers without checkpoints ------------------------------------------------------
+# --- long borrowers without checkpoints (Policy.unsaved_borrow_s, here one day) --------------
 
 HAZARD_QUOTAS = (
     builders.quota("team-a", 8),
@@ -351,11 +351,15 @@ HAZARD_QUOTAS = (
 )
 
 
-def _borrow(job: PendingJob) -> CycleResult:
+def _borrow(job: PendingJob, *, unsaved_borrow_s: float | None = 86_400.0) -> CycleResult:
     """team-a holds nothing, so all 8 of its nominal devices could be reclaimed at any time;
     8 of 16 devices are free."""
     busy = _running("busy", "node-1", range(8), ran_s=600.0, tier="training")
-    return _cycle(job, running=(busy,), quotas=HAZARD_QUOTAS, nodes=2)
+    snapshot = Snapshot(
+        inventory=builders.cluster(2), quotas=HAZARD_QUOTAS, running=(busy,), pending=(job,)
+    )
+    policy = Policy(unsaved_borrow_s=unsaved_borrow_s)
+    return cycle.run_cycle(snapshot=snapshot, policy=policy, now=NOW, matcher=DeviceMatcher())
 
 
 def test_a_borrower_without_checkpoints_leaves_others_nominal_free_for_an_unbounded_run() -> None:
@@ -382,7 +386,7 @@ def test_a_borrower_without_checkpoints_leaves_the_share_its_run_is_of_a_day() -
 
 def test_a_short_or_checkpointing_borrower_takes_those_devices() -> None:
     """An hour's run leaves int(8 x 1/24) = 0 devices; a job that checkpoints risks little
-    in a reclaim: both borrow."""
+    in a reclaim: both borrow. So does any borrower where the rule is off (the default)."""
     short = builders.job("short", tenant="team-b", tier="training", per_replica=8)
     saving = dataclasses.replace(
         builders.job("saving", tenant="team-b", tier="training", per_replica=8, max_runtime_s=None),
@@ -390,6 +394,10 @@ def test_a_short_or_checkpointing_borrower_takes_those_devices() -> None:
     )
     for job in (short, saving):
         assert [a.job for a in _borrow(job).admissions] == [job.key]
+    unbounded = builders.job(
+        "long", tenant="team-b", tier="training", per_replica=8, max_runtime_s=None
+    )
+    assert [a.job for a in _borrow(unbounded, unsaved_borrow_s=None).admissions] == [unbounded.key]
 
 
 # --- predicted runtimes in reservations ------------------------------------------------------
