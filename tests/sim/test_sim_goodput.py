@@ -108,6 +108,18 @@ def test_config_replays_the_tiers_of_a_settings_file(
     assert _sample_figures(capsys, "--config", str(settings))["preemptions"] == 1
 
 
+def test_config_turns_on_holding_unsaved_borrowers_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Off by default; with `unsaved_borrow_s`, ml-train's second training gang, which would
+    borrow for hours without checkpoints, waits for the others' unused nominal quota."""
+    settings = tmp_path / "gangq.yaml"
+    settings.write_text("unsaved_borrow_s: 3600\n")
+    assert "unsaved" not in _sample_figures(capsys)["wait_by_cause_h"]["training"]
+    held = _sample_figures(capsys, "--config", str(settings))["wait_by_cause_h"]["training"]
+    assert held["unsaved"] > 1
+
+
 def test_config_replays_the_tenants_of_a_settings_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
