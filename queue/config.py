@@ -35,9 +35,6 @@ class TierConfig(BaseModel):
     """Serving tiers never finish by themselves: failed pods restart in place, replicas scale."""
     preemption_delay_s: float = Field(default=0.0, ge=0, alias="preemptionDelaySeconds")
     """A job of this tier evicts nobody (reclaim included) before it has waited this long."""
-    reclaim_within_s: float = Field(default=0.0, ge=0, alias="reclaimWithinSeconds")
-    """A reclaim of nominal quota waits this long at most for borrowed devices predicted to
-    come free by themselves before it evicts borrowers."""
     always_preempts: bool = Field(default=False, alias="alwaysPreempts")
     """Evicts lower tiers without weighing their lost work against its wait (serving)."""
 
@@ -48,7 +45,6 @@ class TierConfig(BaseModel):
             min_runtime_before_preemption_s=self.min_runtime_before_preemption_s,
             long_running=self.long_running,
             preemption_delay_s=self.preemption_delay_s,
-            reclaim_within_s=self.reclaim_within_s,
             always_preempts=self.always_preempts,
         )
 
@@ -96,7 +92,6 @@ def _default_tiers() -> tuple[TierConfig, ...]:
                 "minRuntimeBeforePreemptionSeconds": tier.min_runtime_before_preemption_s,
                 "longRunning": tier.long_running,
                 "preemptionDelaySeconds": tier.preemption_delay_s,
-                "reclaimWithinSeconds": tier.reclaim_within_s,
                 "alwaysPreempts": tier.always_preempts,
             }
         )
@@ -136,6 +131,9 @@ class ControllerSettings(BaseSettings):
     preemption_cost_factor: float = Field(default=1.0, gt=0)
     """An eviction pays when the victims' lost device-seconds are at most this times the
     preemptor's devices x its expected wait without it (rule 6, docs/sim.md)."""
+    unsaved_borrow_s: float | None = Field(default=None, gt=0)
+    """When set, borrowers without a checkpoint interval leave free the share of other tenants'
+    unused nominal quota their expected run is of this many seconds (docs/sim.md); unset: off."""
     cycle_interval_s: float = Field(default=5.0, gt=0)
     """Longest pause between two cycles when nothing wakes the loop (polling safety net)."""
     coalesce_s: float = Field(default=0.05, ge=0)
@@ -171,6 +169,7 @@ class ControllerSettings(BaseSettings):
             managed_device_classes=self.managed_device_classes,
             topology_keys=self.topology_keys,
             preemption_cost_factor=self.preemption_cost_factor,
+            unsaved_borrow_s=self.unsaved_borrow_s,
         )
 
     def tier(self, name: str) -> TierConfig | None:

@@ -93,6 +93,7 @@ def run_cycle(
         positions={key: index for index, key in enumerate(waiting, start=1)},
         reservations=tuple(h.reservation for h in state.holds),
         order=tuple(state.order),
+        decide_again_at=state.decide_again_at,
     )
 
 
@@ -170,7 +171,8 @@ def _decide(job: PendingJob, *, state: CycleState) -> None:
         return
     outcome = _place(shape, mask, fence, state=state)
     if isinstance(outcome, list):
-        _admit(job, outcome, state=state)
+        if may_reclaim or not _risks_reclaim(job, state=state):
+            _admit(job, outcome, state=state)
         return
     excluded, held_room = _fenced(mask, fence, device_class=job.device_class, state=state)
     if fence is not None and isinstance(_place(shape, mask, None, state=state), list):
@@ -273,6 +275,37 @@ def _ends_before_owed(job: PendingJob, *, owed: int, free: int, state: CycleStat
             coming += gang.device_count
     found = state.ends_before_owed[memo_key] = coming < owed
     return found
+
+
+def _risks_reclaim(job: PendingJob, *, state: CycleState) -> bool:
+    """With `Policy.unsaved_borrow_s`: a borrower without checkpoints takes devices other
+    tenants may claim within nominal, and a reclaim then destroys its whole run or (rule 6,
+    when that costs more than the reclaimer's wait) keeps that tenant from its nominal quota
+    until it ends. The longer it runs, the likelier that is: it leaves free the share
+    `run / unsaved_borrow_s` of their unused nominal quota. True (the reason recorded) when
+    it must wait although it fits; a job that does not fit waits for capacity and gets its
+    reservation as any other (it is judged again when it fits). Serving tiers restart
+    without losing a run, so they are exempt."""
+    horizon = state.policy.unsaved_borrow_s
+    if horizon is None or job.checkpoint_interval_s is not None:
+        return False
+    if state.tiers[job.tier].long_running:
+        return False
+    run = _job_end(job, state=state) - state.now
+    unused = state.book.unused_nominal(job.device_class, besides=job.tenant)
+    left = unused if run >= horizon else int(unused * run / horizon)
+    free = state.pool.free_count(job.device_class)
+    if free - job.device_count >= left:
+        return False
+    state.pending[job.key] = explain.unsaved_borrow(
+        tenant=job.tenant,
+        run_s=None if run == math.inf else run,
+        needed=job.device_count,
+        free=free,
+        left=left,
+        device_class=job.device_class,
+    )
+    return True
 
 
 def _owed_reason(job: PendingJob, *, state: CycleState) -> explain.PendingReason:

@@ -41,6 +41,8 @@ class WaitCause(enum.StrEnum):
     """The tenant's own quota (nominal + borrowing limit, or a tier it may not use)."""
     OWED = "owed"
     """A borrower leaves the free devices to tenants waiting within nominal."""
+    UNSAVED = "unsaved"
+    """A long borrower without checkpoints leaves the devices other tenants could reclaim."""
     CAPACITY = "capacity"
     BACKFILL = "backfill"
     """Devices are free, but held for the reservation of a job ahead."""
@@ -49,7 +51,7 @@ class WaitCause(enum.StrEnum):
     NOT_PAYING = "not-paying"
     """An eviction would destroy more work than waiting costs."""
     RECLAIM_PATIENCE = "reclaim-patience"
-    """A reclaim waits, bounded, for borrowed devices to come free by themselves."""
+    """A reclaim waits until its tenant's wait has cost as much as evicting borrowers would."""
     INVALID = "invalid"
     UNSCHEDULABLE = "unschedulable"
 
@@ -131,6 +133,21 @@ def owed(*, tenant: str, needed: int, free: int, owed: int, device_class: str) -
     )
 
 
+def unsaved_borrow(
+    *, tenant: str, run_s: float | None, needed: int, free: int, left: int, device_class: str
+) -> PendingReason:
+    """A borrower that saves no checkpoint leaves free part of the others' unused nominal
+    quota, more the longer it runs (`left` of the `free` devices)."""
+    run = "an unbounded run" if run_s is None else f"a run of {approximately(run_s)}"
+    return PendingReason(
+        ReasonCode.QUOTA,
+        f"quota: tenant {tenant} would borrow for {run} without checkpoints, which leaves "
+        f"{left} of the {free} free {device_class} to tenants under nominal who may reclaim "
+        f"them; job needs {needed}",
+        WaitCause.UNSAVED,
+    )
+
+
 def capacity(
     *,
     replicas: int,
@@ -193,37 +210,57 @@ def _device_hours(value: float) -> str:
     return f"{value:.1f} device-h"
 
 
-def preemption(*, victims: tuple[str, ...], lost_device_h: float = 0.0) -> PendingReason:
+def preemption(*, victims: tuple[str, ...], cost_device_h: float = 0.0) -> PendingReason:
     shown = ", ".join(victims[:3]) + (f" and {len(victims) - 3} more" if len(victims) > 3 else "")
-    lost = f", loses {_device_hours(lost_device_h)}" if lost_device_h > 0 else ""
+    cost = f", costs {_device_hours(cost_device_h)}" if cost_device_h > 0 else ""
     return PendingReason(
         ReasonCode.PREEMPTION,
-        f"preemption: waiting for {_plural(len(victims), 'gang')} to be evicted ({shown}){lost}",
+        f"preemption: waiting for {_plural(len(victims), 'gang')} to be evicted ({shown}){cost}",
         WaitCause.EVICTING,
     )
 
 
 def preemption_does_not_pay(
-    *, victims: tuple[str, ...], lost_device_h: float, wait_s: float | None
+    *, victims: tuple[str, ...], cost_device_h: float, wait_s: float | None
 ) -> PendingReason:
-    """Evicting would destroy more device-time than the job's expected wait costs (rule 6)."""
+    """Evicting would cost more device-time (lost work, restarts, work lost before) than the
+    job's expected wait (rule 6)."""
     shown = ", ".join(victims[:2]) + (f" and {len(victims) - 2} more" if len(victims) > 2 else "")
     waiting = "no predicted start" if wait_s is None else f"start in {approximately(wait_s)}"
     return PendingReason(
         ReasonCode.PREEMPTION,
-        f"preemption: evicting {shown} loses {_device_hours(lost_device_h)}, more than "
+        f"preemption: evicting {shown} costs {_device_hours(cost_device_h)}, more than "
         f"waiting costs ({waiting} by prediction)",
         WaitCause.NOT_PAYING,
     )
 
 
-def reclaim_patience(*, free_in_s: float | None, evict_in_s: float) -> PendingReason:
-    """A reclaim of nominal quota waits, bounded, for borrowed devices to free by themselves."""
-    free = "not predicted" if free_in_s is None else f"in {approximately(free_in_s)}"
+def reclaim_patience(
+    *,
+    tenant: str,
+    kept_device_h: float,
+    cost_device_h: float,
+    evict_in_s: float | None,
+    free_in_s: float | None,
+) -> PendingReason:
+    """A reclaim of nominal quota waits until its tenant has waited as much device-time as
+    evicting the borrowers costs (rule 6); `evict_in_s` is the earliest that can be (their
+    checkpoints lower the cost), None: their cost grows as fast as the wait."""
+    pays = (
+        "never pays while their unsaved work grows as fast"
+        if evict_in_s is None
+        else f"pays in {approximately(evict_in_s)} at the earliest"
+    )
+    free = (
+        "no borrowed devices predicted to free"
+        if free_in_s is None
+        else f"borrowed devices free in {approximately(free_in_s)} by prediction"
+    )
     return PendingReason(
         ReasonCode.PREEMPTION,
-        f"preemption: reclaim waits: borrowed devices free {free} by prediction; evicting "
-        f"borrowers after {approximately(evict_in_s)}",
+        f"preemption: reclaim waits: evicting borrowers costs {_device_hours(cost_device_h)}, "
+        f"tenant {tenant} was kept {_device_hours(kept_device_h)} from its nominal quota; "
+        f"evicting {pays} ({free})",
         WaitCause.RECLAIM_PATIENCE,
     )
 

@@ -47,9 +47,6 @@ class Tier:
     """A job of this tier evicts nobody (reclaim included) until it has waited this long: where
     short jobs turn over every few minutes, waiting for one to end costs a minute, while
     evicting a training gang for a 1-GPU job throws away hours of its work."""
-    reclaim_within_s: float = 0.0
-    """A job of this tier reclaiming its tenant's nominal quota first waits for borrowed devices
-    predicted to come free within this long, and evicts borrowers only past it (rule 6)."""
     always_preempts: bool = False
     """Evicts lower tiers without weighing their lost work against its wait (serving
     capacity must not queue); it still picks the cheapest victims."""
@@ -63,15 +60,14 @@ DEFAULT_TIERS: tuple[Tier, ...] = (
         long_running=True,
         always_preempts=True,
     ),
-    Tier("training", 200, min_runtime_before_preemption_s=600.0, reclaim_within_s=7200.0),
-    Tier(
-        "small",
-        100,
-        min_runtime_before_preemption_s=60.0,
-        preemption_delay_s=300.0,
-        reclaim_within_s=28_800.0,
-    ),
+    Tier("training", 200, min_runtime_before_preemption_s=600.0),
+    Tier("small", 100, min_runtime_before_preemption_s=60.0, preemption_delay_s=300.0),
 )
+
+DEFAULT_RESTART_S = 300.0
+"""What an evicted gang takes to come back, per device, when its job does not say
+(`spec.restartSeconds`): loading its checkpoint and re-forming the gang, minutes on GPU
+clusters, during which its devices do no work."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,10 +227,24 @@ class PendingJob:
     predicted_runtime_s: float | None = None
     """Expected run from the history of similar jobs (module `prediction`), at most
     `max_runtime_s`; None: no better guess than `max_runtime_s`."""
+    queued_at: float | None = None
+    """When the job last entered the queue (a requeued victim: its eviction); None: at its
+    submission. A reclaim counts its tenant's wait from here (rule 6), not from a
+    submission the job has since run after."""
+    checkpoint_interval_s: float | None = None
+    """The job's declared checkpoint interval; None: it saves none an eviction could resume
+    from, so borrowing devices a reclaim may soon want would risk its whole run (module
+    `hazard`)."""
+    restart_s: float = DEFAULT_RESTART_S
+    """`spec.restartSeconds`: what each eviction costs it besides lost work (see RunningJob)."""
 
     @property
     def device_count(self) -> int:
         return self.replicas * self.devices_per_replica
+
+    @property
+    def waiting_since(self) -> float:
+        return self.submitted_at if self.queued_at is None else self.queued_at
 
     @property
     def equivalent_milli(self) -> int | Fraction:
@@ -289,6 +299,12 @@ class RunningJob:
     """When the gang last reported a saved checkpoint; an eviction loses only the work since."""
     checkpoint_interval_s: float | None = None
     """The job's declared checkpoint interval: an eviction loses at most this much of its run."""
+    restart_s: float = DEFAULT_RESTART_S
+    """Seconds an evicted gang needs to come back (load its checkpoint, re-form the gang),
+    each of its devices idle meanwhile: part of what an eviction costs (rule 6)."""
+    lost_before_device_s: float = 0.0
+    """Device-seconds of this job's work earlier evictions destroyed: they count against
+    evicting it again, so one gang is not the cheapest victim over and over (rule 6)."""
 
     @property
     def device_count(self) -> int:
@@ -301,6 +317,12 @@ class RunningJob:
         if self.checkpoint_interval_s is not None:
             since = min(since, self.checkpoint_interval_s)
         return self.device_count * max(since, 0.0)
+
+    def eviction_cost_device_s(self, now: float) -> float:
+        """What evicting the gang now costs in device-seconds (rule 6): the work it destroys,
+        its restart, and the work earlier evictions already destroyed."""
+        restart = self.device_count * self.restart_s
+        return self.lost_work_device_s(now) + restart + self.lost_before_device_s
 
     @property
     def ends_at(self) -> float | None:
@@ -375,6 +397,14 @@ class Policy:
     preemption_cost_factor: float = 1.0
     """Preemption pays (rule 6) when the victims' lost device-seconds are at most this times
     the preemptor's devices x its expected wait without the eviction (docs/sim.md)."""
+    unsaved_borrow_s: float | None = None
+    """When set, a borrower that declares no checkpoint interval leaves free the share of
+    other tenants' unused nominal quota that its expected run is of this (all of it for a run
+    this long or unbounded): a reclaim would destroy all its work, or keep a tenant under
+    nominal waiting until it ends. None: such borrowers leave only what tenants waiting now
+    are owed (module `owed`), as every borrower does; measured on weeks shaped like public
+    traces, holding them back further cost utilization and waits and saved no work once
+    reclaims pay for themselves (docs/sim.md)."""
     preemption_search_steps: int = 3_000
     """Candidate gangs all victim searches of one cycle may examine; jobs whose search is cut
     short keep a capacity reason and are searched again in the next cycle."""
@@ -392,3 +422,6 @@ class CycleResult:
     reservations: tuple[BackfillReservation, ...] = ()
     order: tuple[JobKey, ...] = ()
     """Every pending job of the snapshot in the order the cycle considered them."""
+    decide_again_at: float | None = None
+    """The first instant a reclaim that waits now would pay (rule 6): the time alone changes
+    a decision then, with no event in between (a simulator wakes up for it)."""

@@ -74,12 +74,13 @@ def victim_order_key(
     job: RunningJob, *, ranks: Mapping[str, int], now: float
 ) -> tuple[int, bool, float, int, float, str]:
     """Rule 6, the gang to evict first, in this order: (1) lower tier; (2) borrowed use before
-    use within nominal; (3) least lost work (devices x time since its last checkpoint);
-    (4) lower priority; (5) most recently started; (6) uid."""
+    use within nominal; (3) least eviction cost (work since its last checkpoint, its restart
+    and the work earlier evictions destroyed); (4) lower priority; (5) most recently started;
+    (6) uid."""
     return (
         ranks.get(job.tier, 0),
         job.borrowed == 0,
-        job.lost_work_device_s(now),
+        job.eviction_cost_device_s(now),
         job.priority,
         -job.started_at,
         job.uid,

@@ -1,11 +1,12 @@
 """Preemption (rule 6): which whole gangs to evict so a job gets a complete placement.
 
 Owns who may be a victim of whom (tier rank, minimum runtime, reclaim of nominal quota), the
-cost of a victim set (`set_cost`: tier, use within nominal, lost work) and the two searches:
+cost of a victim set (`set_cost`: tier, use within nominal, eviction cost) and the two searches:
 `cheapest_on_node` enumerates the gangs of one node exactly (a one-replica preemptor), and
 `select_victims` removes candidates in victim order until the job fits, then gives back every
-victim the placement does not need, most expensive first, so the set is minimal. Evicting is
-the actuator's job; nothing here has side effects.
+victim the placement does not need, most expensive first, so the set is minimal; a gang of
+several replicas also tries them node by node (`by_clearance`) and keeps the cheaper set.
+Evicting is the actuator's job; nothing here has side effects.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 
 from gangq.queue.core import explain, placement
 from gangq.queue.core.device import DeviceId
-from gangq.queue.core.model import NodeName, PendingJob, RunningJob, Tier
-from gangq.queue.core.pool import Pool
+from gangq.queue.core.model import JobKey, NodeName, PendingJob, RunningJob, Tier
+from gangq.queue.core.pool import Pool, SelectorKey
 from gangq.queue.core.supply import Supply
 
 
@@ -114,15 +115,15 @@ def gang_cost(gang: RunningJob, *, ranks: Mapping[str, int], now: float) -> Cost
     return (
         ranks.get(gang.tier, 0),
         gang.device_count - gang.borrowed,
-        gang.lost_work_device_s(now),
+        gang.eviction_cost_device_s(now),
         1,
     )
 
 
 def set_cost(gangs: Iterable[RunningJob], *, ranks: Mapping[str, int], now: float) -> Cost:
     """Rule 6 between victim sets, in this order: (1) the highest tier evicted; (2) devices
-    evicted from use within nominal (borrowed use goes first); (3) lost work in device-seconds;
-    (4) gangs evicted."""
+    evicted from use within nominal (borrowed use goes first); (3) eviction cost in
+    device-seconds (`RunningJob.eviction_cost_device_s`); (4) gangs evicted."""
     return _combine(gang_cost(g, ranks=ranks, now=now) for g in gangs)
 
 
@@ -196,6 +197,43 @@ def cheapest_on_node(
         for gang in chosen:
             supply.remove(gang)
     return None
+
+
+CLEARANCE_EXTRA = 64
+"""Candidates past those the victim-order search examined that `by_clearance` also weighs."""
+
+
+def by_clearance(
+    candidates: Iterable[RunningJob],
+    *,
+    pool: Pool,
+    selector: SelectorKey,
+    ranks: Mapping[str, int],
+    now: float,
+) -> list[RunningJob]:
+    """The candidates grouped by node, the node cheapest to clear first (`set_cost` of the
+    candidates holding matching devices there), each gang once. A gang of several replicas
+    needs whole nodes: the cheapest gangs one by one may each free half of another node and
+    cost more together than clearing fewer nodes whole."""
+    gangs = list(candidates)
+    costs = {gang.key: gang_cost(gang, ranks=ranks, now=now) for gang in gangs}
+    per_node: dict[NodeName, list[RunningJob]] = {}
+    for gang in gangs:
+        for node, matching in pool.held_matching(selector, gang):
+            here = per_node.setdefault(node, [])
+            if matching and gang not in here:
+                here.append(gang)
+    order = sorted(
+        per_node, key=lambda node: (_combine(costs[g.key] for g in per_node[node]), node)
+    )
+    seen: set[JobKey] = set()
+    ordered: list[RunningJob] = []
+    for node in order:
+        for gang in per_node[node]:
+            if gang.key not in seen:
+                seen.add(gang.key)
+                ordered.append(gang)
+    return ordered
 
 
 def select_victims(

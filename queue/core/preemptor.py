@@ -19,7 +19,6 @@ from gangq.queue.core.model import (
     PendingJob,
     Preemption,
     RunningJob,
-    Tier,
     Topology,
     TopologyMode,
     Victim,
@@ -50,7 +49,7 @@ def try_preempt(
         state.unpreemptable.add(memo_key)
         return False
     known = state.unpaid.get(memo_key)
-    if known is not None and not _is_due(job, state=state):
+    if known is not None:
         state.pending[job.key] = known
         return False
     found = _find(job, shape, rights=rights, state=state, excluded=excluded, held_room=held_room)
@@ -69,9 +68,7 @@ def try_preempt(
         held_room=held_room,
     )
     if unpaid is not None:
-        state.pending[job.key] = unpaid
-        if not _is_due(job, state=state):
-            state.unpaid[memo_key] = unpaid
+        state.pending[job.key] = state.unpaid[memo_key] = unpaid
         return False
     awaited = _awaited(choice, evicting=evicting)
     if not may_reclaim and _takes_owed(job, leaving=[*victims, *awaited], state=state):
@@ -118,6 +115,7 @@ def _find(
             # gangs already leaving may be enough on their own: then nobody else is evicted
             plan = itertools.chain([(shape, [], None)], plan)
         for search_shape, gangs, scope in plan:
+            steps = state.budget.steps
             found = preemption.select_victims(
                 search_shape,
                 scope=scope,
@@ -128,6 +126,28 @@ def _find(
                 held_room=held_room,
                 budget=state.budget,
             )
+            if found is not None and len(found[0]) > shape.replicas:
+                # some node took several victims: clearing fewer nodes whole may cost less
+                prefix = itertools.islice(
+                    eligible(gangs), steps - state.budget.steps + preemption.CLEARANCE_EXTRA
+                )
+                ranks = {name: t.rank for name, t in tiers.items()}
+                other = preemption.select_victims(
+                    search_shape,
+                    scope=scope,
+                    pool=state.pool,
+                    candidates=preemption.by_clearance(
+                        prefix, pool=state.pool, selector=shape.selector, ranks=ranks, now=now
+                    ),
+                    coming_free=evicting,
+                    excluded=excluded,
+                    held_room=held_room,
+                    budget=state.budget,
+                )
+                if other is not None and preemption.set_cost(
+                    other[0], ranks=ranks, now=now
+                ) < preemption.set_cost(found[0], ranks=ranks, now=now):
+                    found = other
             if found is not None:
                 return found[0], found[1], evicting
             if state.budget.is_exhausted:
@@ -172,20 +192,6 @@ NODES_COMPARED = 8
 most promising first, `_victims_by_node`); on the reference cluster that is every node."""
 
 
-def _is_due(job: PendingJob, *, state: CycleState) -> bool:
-    """The job has waited out its tier's reclaim patience: a reclaim evicts now."""
-    tier = state.tiers[job.tier]
-    return state.now - job.submitted_at >= tier.reclaim_within_s
-
-
-def _within_tier(victims: tuple[RunningJob, ...], tier: Tier, *, state: CycleState) -> bool:
-    """Every victim is of the reclaimer's tier or below: the reclaimer's own work is worth as
-    much, and evicting now loses less than evicting once patience runs out, so the reclaim
-    evicts at once when that pays. Patience is for borrowers of higher tiers (a small job
-    waits for a borrowed training gang rather than destroy hours of its work)."""
-    return all(state.tiers[v.tier].rank <= tier.rank for v in victims)
-
-
 def weigh(
     job: PendingJob,
     shape: placement.Shape,
@@ -198,48 +204,78 @@ def weigh(
 ) -> explain.PendingReason | None:
     """Rule 6, preempt only when it pays. None: evict; else the reason the job waits instead.
 
+    An eviction costs the victims' `eviction_cost_device_s` (lost work, restart, work lost
+    to earlier evictions) and `Policy.preemption_cost_factor` weighs it against waiting:
     - No victims (only gangs already evicting) or a tier that always preempts (prod
       inference): evict, the victims being the cheapest found.
-    - The job's expected wait without eviction is when its shape fits as running gangs end
-      by prediction (`backfill.earliest_start`), never if it never fits.
     - A reclaim of nominal quota (some victim goes only because the job's tenant is under
-      nominal) waits while that predicted start comes before its patience runs out
-      (`Tier.reclaim_within_s` from submission), and evicts once it has waited that long.
-    - Otherwise eviction pays when the victims' lost work (device-seconds since their last
-      checkpoint) is at most `Policy.preemption_cost_factor` x the devices served x the
-      wait: the job's devices, or for a reclaim all its tenant is owed (the devices freed
-      serve the tenant's other waiting jobs within nominal too).
+      nominal) is ski rental: it evicts once the device-time its tenant has been kept from
+      its nominal quota (`OwedDemand.kept_device_s`) reaches the cost. Waiting until then
+      costs at most what the eviction would, so a reclaim never pays more than twice what
+      the better of waiting and evicting at once would have, whenever the devices come
+      free; predictions, which can be wrong by days, do not enter.
+    - Otherwise the job's expected wait without eviction is when its shape fits as running
+      gangs end by prediction (`backfill.earliest_start`), never if it never fits, and the
+      eviction pays when its cost is at most the factor x the job's devices x that wait.
     """
     tier = state.tiers[job.tier]
     if not victims or tier.always_preempts:
         return None
     now = state.now
-    lost = sum(v.lost_work_device_s(now) for v in victims)
+    cost = sum(v.eviction_cost_device_s(now) for v in victims)
+    factor = state.policy.preemption_cost_factor
     start = _expected_start(shape, state=state, excluded=excluded, held_room=held_room)
     wait = None if start is None else start - now
-    reclaim = any(
-        preemption.is_reclaim(v, rights=rights, tiers=state.tiers, now=now) for v in victims
-    )
-    if reclaim:
-        left = job.submitted_at + tier.reclaim_within_s - now
-        if left <= 0:
-            return None
-        if wait is not None and wait <= left and not _within_tier(victims, tier, state=state):
-            return explain.reclaim_patience(free_in_s=wait, evict_in_s=left)
-    factor = state.policy.preemption_cost_factor
-    served = job.device_count
-    if reclaim:
-        served = max(served, state.owed.of(job.tenant, job.device_class))
-    pays = wait is None or math.isinf(factor) or lost <= factor * served * wait
-    if pays:
+    if any(preemption.is_reclaim(v, rights=rights, tiers=state.tiers, now=now) for v in victims):
+        return _weigh_reclaim(job, victims, cost=cost, wait=wait, state=state)
+    if wait is None or math.isinf(factor) or cost <= factor * job.device_count * wait:
         return None
-    if reclaim:
-        return explain.reclaim_patience(
-            free_in_s=wait, evict_in_s=job.submitted_at + tier.reclaim_within_s - now
-        )
     return explain.preemption_does_not_pay(
-        victims=tuple(v.key for v in victims), lost_device_h=lost / 3600.0, wait_s=wait
+        victims=tuple(v.key for v in victims), cost_device_h=cost / 3600.0, wait_s=wait
     )
+
+
+def _weigh_reclaim(
+    job: PendingJob,
+    victims: tuple[RunningJob, ...],
+    *,
+    cost: float,
+    wait: float | None,
+    state: CycleState,
+) -> explain.PendingReason | None:
+    """The ski-rental rule of `weigh` for a reclaim. While it waits, the reason says when
+    evicting may first pay: the tenant's kept device-time grows with the devices it is owed;
+    the cost grows with the unsaved work of victims that declare no checkpoint interval
+    (never, if that grows as fast) and falls back at each checkpoint of the others, so the
+    earliest is when the wait covers their cost without that work, or their next
+    checkpoint. The cycle at that time weighs again."""
+    factor, now = state.policy.preemption_cost_factor, state.now
+    kept, rate = state.owed.kept_device_s(job, now=now)
+    if math.isinf(factor) or cost <= factor * kept:
+        return None
+    saving = [v for v in victims if v.checkpoint_interval_s is not None]
+    growth = sum(v.device_count for v in victims if v.checkpoint_interval_s is None)
+    floor = cost - sum(v.lost_work_device_s(now) for v in saving)
+    evict_in = None
+    if factor * rate > growth:
+        evict_in = max(floor - factor * kept, 0.0) / (factor * rate - growth)
+        if evict_in == 0.0:
+            evict_in = min(_next_checkpoint_in(v, now=now) for v in saving)
+        if evict_in > 0.0:
+            state.note_decision_at(now + evict_in)
+    return explain.reclaim_patience(
+        tenant=job.tenant,
+        kept_device_h=kept / 3600.0,
+        cost_device_h=cost / 3600.0,
+        evict_in_s=evict_in,
+        free_in_s=wait,
+    )
+
+
+def _next_checkpoint_in(gang: RunningJob, *, now: float) -> float:
+    """Seconds until the gang's next checkpoint is due by its interval (0 when overdue)."""
+    since = now - max(gang.started_at, gang.last_checkpoint_at or gang.started_at)
+    return max((gang.checkpoint_interval_s or 0.0) - since, 0.0)
 
 
 def _expected_start(
@@ -404,5 +440,5 @@ def _hold_for_preemptor(
     state.owed.settle(job)
     state.pending[job.key] = explain.preemption(
         victims=tuple(v.key for v in victims) or tuple(g.key for g in awaited),
-        lost_device_h=sum(v.lost_work_device_s(state.now) for v in victims) / 3600.0,
+        cost_device_h=sum(v.eviction_cost_device_s(state.now) for v in victims) / 3600.0,
     )

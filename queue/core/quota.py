@@ -92,6 +92,15 @@ class QuotaBook:
         used = self.used.get(key, 0)
         return max(0, used + count - nominal) - max(0, used - nominal)
 
+    def unused_nominal(self, device_class: str, *, besides: Tenant) -> int:
+        """Whole devices of the class other tenants may still take within their nominal
+        quota: what a reclaim could take back from borrowers at any time (rule 6)."""
+        unused = 0
+        for (tenant, quota_class), quota in self._quotas.items():
+            if quota_class == device_class and tenant != besides:
+                unused += max(0, quota.nominal - self.in_use(tenant, device_class))
+        return unused
+
     def charge(self, tenant: Tenant, device_class: str, count: Equivalent) -> None:
         key = (tenant, device_class)
         self.used[key] = self.used.get(key, 0) + count

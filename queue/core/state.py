@@ -94,6 +94,8 @@ class CycleState:
     )
     """When a shape fits without evictions, by shape and excluded devices (the pays test)."""
     unreservable: set[placement.Shape] = field(default_factory=set)
+    decide_again_at: float | None = None
+    """`CycleResult.decide_again_at`."""
     _victims_by_class: dict[str, list[RunningJob]] | None = None
     _evicting: dict[str, list[RunningJob]] | None = None
     _victims_by_domain: dict[tuple[str, str], dict[str, list[RunningJob]]] = field(
@@ -136,6 +138,10 @@ class CycleState:
             budget=budget,
             owed=OwedDemand(book=book),
         )
+
+    def note_decision_at(self, at: float) -> None:
+        if self.decide_again_at is None or at < self.decide_again_at:
+            self.decide_again_at = at
 
     def may_preempt(self, job: PendingJob) -> bool:
         """Preemption is on and the job has waited its tier's preemption delay."""

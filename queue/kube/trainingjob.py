@@ -96,6 +96,12 @@ class TrainingJobSpec(BaseModel):
     checkpoint_interval_seconds: int | None = Field(
         alias="checkpointIntervalSeconds", default=None, ge=1, le=validation.INT32_MAX
     )
+    restart_seconds: int = Field(
+        alias="restartSeconds",
+        default=int(model.DEFAULT_RESTART_S),
+        ge=0,
+        le=validation.INT32_MAX,
+    )
     template: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -160,6 +166,12 @@ def pending_job(job: dict[str, Any], *, tenant: str | None) -> model.PendingJob:
         pod=inventory.pod_requirements(spec.template, owner=f"TrainingJob {key} template"),
         submitted_at=submitted_at(job),
         max_runtime_s=None if spec.max_runtime_seconds is None else float(spec.max_runtime_seconds),
+        checkpoint_interval_s=(
+            None
+            if spec.checkpoint_interval_seconds is None
+            else float(spec.checkpoint_interval_seconds)
+        ),
+        restart_s=float(spec.restart_seconds),
     )
 
 

@@ -143,6 +143,7 @@ class Simulation:
             self._end_eviction(record, now=event.time)
             return True
         if event.kind is EventKind.FINISH and record.started_at is not None:
+            self.outcome.device_seconds_lost += record.held_devices * record.restart_s
             self._learn(record, now=event.time)
             self._release(record)
             record.finished_at = event.time
@@ -167,13 +168,15 @@ class Simulation:
             self._admit(admission, now=now)
         self._note_reservations(result, now=now)
         self._evict_victims(result, now=now)
-        self._after_cycle(self._snapshot(), now=now)
+        self._after_cycle(self._snapshot(), now=now, decide_again_at=result.decide_again_at)
 
-    def _after_cycle(self, snapshot: Snapshot, *, now: float) -> None:
-        wake = self.policy.wake_at(snapshot, now=now)
-        if wake is not None and wake > now and wake not in self.wakes:
-            self.wakes.add(wake)
-            heapq.heappush(self.events, Event(wake, EventKind.WAKE, JobKey("")))
+    def _after_cycle(
+        self, snapshot: Snapshot, *, now: float, decide_again_at: float | None
+    ) -> None:
+        for wake in (self.policy.wake_at(snapshot, now=now), decide_again_at):
+            if wake is not None and wake > now and wake not in self.wakes:
+                self.wakes.add(wake)
+                heapq.heappush(self.events, Event(wake, EventKind.WAKE, JobKey("")))
         partial = [record for record in self.holding.values() if record.is_partial]
         blocked = stall.is_mutual_block(partial, free=self._free_per_node())
         if blocked and not self._was_blocked:
@@ -271,10 +274,10 @@ class Simulation:
             record.predicted_run_s = predicted
         record.predicted_end = None
         if predicted is not None:
-            record.predicted_end = now + max(predicted - record.progress_s, 0.0)
+            record.predicted_end = now + record.restart_s + max(predicted - record.progress_s, 0.0)
         run_s = job.run_s
         if run_s is not None:
-            left = max(run_s - record.progress_s, 0.0)
+            left = record.restart_s + max(run_s - record.progress_s, 0.0)
             event = Event(now + left, EventKind.FINISH, job.key, record.attempt)
             heapq.heappush(self.events, event)
 
@@ -326,10 +329,14 @@ class Simulation:
         arrival), to resume from that checkpoint."""
         if record.started_at is not None:
             ran = now - record.started_at
-            saved = _checkpointed(ran, interval=record.job.checkpoint_interval_s)
+            worked = max(ran - record.restart_s, 0.0)
+            saved = _checkpointed(worked, interval=record.job.checkpoint_interval_s)
             record.progress_s += saved
-            self.outcome.device_seconds_lost += record.held_devices * (ran - saved)
+            lost = record.held_devices * (ran - saved)
+            record.lost_device_s += lost
+            self.outcome.device_seconds_lost += lost
         self._release(record)
+        record.restart_s = record.job.restart_s
         record.attempt += 1
         if record.pending_since is None:
             record.pending_since = now
@@ -372,6 +379,8 @@ class Simulation:
                 predicted_end_at=record.predicted_end,
                 last_checkpoint_at=_last_checkpoint(record, now=now),
                 checkpoint_interval_s=record.job.checkpoint_interval_s,
+                restart_s=record.job.restart_s,
+                lost_before_device_s=record.lost_device_s,
             )
             for record in self.holding.values()
         )
@@ -391,6 +400,9 @@ class Simulation:
                 submitted_at=job.arrival_s,
                 max_runtime_s=job.max_runtime_s,
                 predicted_runtime_s=self._predicted_left(job),
+                queued_at=self.records[job.key].pending_since,
+                checkpoint_interval_s=job.checkpoint_interval_s,
+                restart_s=job.restart_s,
             )
             for job in sorted(
                 (r.job for r in self.waiting.values()), key=lambda j: (j.arrival_s, j.key)
@@ -408,12 +420,13 @@ class Simulation:
         return (cluster.profile_selector(job.slice or cluster.WHOLE_PROFILE),)
 
     def _predicted_left(self, job: TraceJob) -> float | None:
-        """The predicted rest of a waiting job's run: its prediction less the work it saved."""
+        """The predicted rest of a waiting job's run: its prediction less the work it saved,
+        plus its restart if it was evicted."""
         predicted = self.predictor.predict(_shape(job), max_runtime_s=job.max_runtime_s)
         if predicted is None:
             return None
         record = self.records[job.key]
-        return max(predicted - record.progress_s, 0.0)
+        return record.restart_s + max(predicted - record.progress_s, 0.0)
 
     def _sample(self, now: float) -> None:
         timeline = self.outcome.timeline
@@ -451,7 +464,12 @@ class Simulation:
         return (len(self.inventory.nodes) - len(busy)) * self.trace.cluster.devices_per_node
 
     def _close(self, horizon: float) -> None:
-        """Jobs still waiting at the horizon count their wait so far (a lower bound)."""
+        """Jobs still waiting at the horizon count their wait so far (a lower bound), and
+        jobs restarting the part of their restart spent so far."""
+        for record in self.holding.values():
+            if record.started_at is not None:
+                spent = min(record.restart_s, horizon - record.started_at)
+                self.outcome.device_seconds_lost += record.held_devices * spent
         for record in self.waiting.values():
             if record.pending_since is not None:
                 record.waited_s += horizon - record.pending_since
@@ -482,8 +500,9 @@ def _last_checkpoint(record: JobRecord, *, now: float) -> float | None:
     interval = record.job.checkpoint_interval_s
     if record.started_at is None or interval is None:
         return None
-    saved = _checkpointed(now - record.started_at, interval=interval)
-    return record.started_at + saved if saved > 0 else None
+    resumed = record.started_at + record.restart_s
+    saved = _checkpointed(now - resumed, interval=interval)
+    return resumed + saved if saved > 0 else None
 
 
 def simulate(

@@ -41,6 +41,12 @@ class JobRecord:
     """The latest reservation start the policy gave this job, to see it move."""
     progress_s: float = 0.0
     """Work saved in checkpoints by earlier attempts: a restart resumes from there."""
+    restart_s: float = 0.0
+    """How long the current attempt restarts before its work resumes: the job's restart
+    after an eviction, nothing on its first start."""
+    lost_device_s: float = 0.0
+    """Device-seconds of work its evictions destroyed so far (the store keeps the same per
+    job): the core counts them against evicting it again (rule 6)."""
     predicted_end: float | None = None
     """When the current attempt is predicted to end (from the runs finished before it)."""
     predicted_run_s: float | None = None

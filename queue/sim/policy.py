@@ -54,7 +54,8 @@ class GangqPolicy:
 
     def wake_at(self, snapshot: Snapshot, *, now: float) -> float | None:
         """When the first gang a pending job could preempt outgrows its tier's protection, or
-        the first pending job has waited out its tier's preemption delay or reclaim patience."""
+        the first pending job has waited out its tier's preemption delay (when a reclaim will
+        pay, the cycle says itself: `CycleResult.decide_again_at`)."""
         if not snapshot.pending:
             return None
         tiers = self._tiers
@@ -66,10 +67,8 @@ class GangqPolicy:
             and (end := job.started_at + tiers[job.tier].min_runtime_before_preemption_s) > now
         ]
         for job in snapshot.pending:
-            tier = tiers[job.tier]
-            for wait in (tier.preemption_delay_s, tier.reclaim_within_s):
-                if (end := job.submitted_at + wait) > now:
-                    ends.append(end)
+            if (end := job.submitted_at + tiers[job.tier].preemption_delay_s) > now:
+                ends.append(end)
         return min(ends, default=None)
 
 

@@ -17,6 +17,7 @@ import yaml
 
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.core.model import (
+    DEFAULT_RESTART_S,
     DEFAULT_TIERS,
     JobKey,
     Tenant,
@@ -72,6 +73,9 @@ class TraceJob:
     checkpoint_interval_s: float | None = None
     """The job saves a checkpoint this often while it runs; an eviction loses only the work
     since the last one and the job resumes from it. None: it never checkpoints."""
+    restart_s: float = DEFAULT_RESTART_S
+    """What each restart after an eviction takes (loading the checkpoint, re-forming the
+    gang): the job holds its devices that long before its work resumes."""
     family: str | None = None
     """Runs of one family are alike (prediction history); None: the name without its
     numeric suffix (`prediction.family_of`)."""
@@ -168,6 +172,9 @@ class _Job(_Model):
     checkpoint_interval: float | None = pydantic.Field(
         None, gt=0, allow_inf_nan=False, alias="checkpointInterval"
     )
+    restart: float = pydantic.Field(
+        DEFAULT_RESTART_S, ge=0, allow_inf_nan=False, alias="restartSeconds"
+    )
     family: str | None = pydantic.Field(None, min_length=1)
     slice: Literal["1g.10gb", "2g.20gb", "3g.40gb"] | None = None
 
@@ -214,6 +221,7 @@ def _job(raw: _Job, *, index: int) -> TraceJob:
         topology=topology,
         startup_timeout_s=raw.startup_timeout,
         checkpoint_interval_s=raw.checkpoint_interval,
+        restart_s=raw.restart,
         family=raw.family,
         slice=raw.slice,
     )
@@ -409,4 +417,6 @@ def _job_document(job: TraceJob) -> dict[str, Any]:
         document["topology"] = {"key": job.topology.key, "mode": job.topology.mode.value}
     if job.startup_timeout_s != DEFAULT_STARTUP_TIMEOUT_S:
         document["startupTimeout"] = job.startup_timeout_s
+    if job.restart_s != DEFAULT_RESTART_S:
+        document["restartSeconds"] = job.restart_s
     return document

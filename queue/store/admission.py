@@ -38,8 +38,11 @@ MARK_ADMITTED = text(
     """
 )
 MARK_EVICTING = text(
-    "UPDATE jobs SET evicting = true, updated_at = :at "
-    "WHERE id = ANY(CAST(:ids AS bigint[])) AND NOT evicting"
+    """
+    UPDATE jobs SET evicting = true, updated_at = :at, lost_device_s = lost_device_s + u.lost
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:losts AS double precision[])) AS u(id, lost)
+    WHERE jobs.id = u.id AND NOT jobs.evicting
+    """
 )
 SET_PENDING = text(
     """
@@ -153,7 +156,8 @@ async def _write_preemptions(
     now: float,
     actor: str,
 ) -> None:
-    """Mark victims as evicting (the actuator evicts them and requeues them after release)."""
+    """Mark victims as evicting (the actuator evicts them and requeues them after release) and
+    add the work they lose to what their evictions destroyed so far."""
     fresh = [
         (preemption.job, victim)
         for preemption in preemptions
@@ -164,7 +168,8 @@ async def _write_preemptions(
         return
     at = timestamps.to_datetime(now)
     ids = [holding[victim.job].id for _, victim in fresh]
-    await session.execute(MARK_EVICTING, {"at": at, "ids": ids})
+    losts = [victim.lost_device_s for _, victim in fresh]
+    await session.execute(MARK_EVICTING, {"at": at, "ids": ids, "losts": losts})
     await events.record(
         session,
         [

@@ -475,6 +475,7 @@ async def requeue(
     row.phase, row.evicting, row.borrowed = QUEUED, False, 0
     row.admitted_at = row.started_at = row.reserved_start_at = row.reserved_nodes = None
     row.not_before = timestamps.to_datetime(at + backoff_s) if backoff_s > 0 else None
+    row.queued_at = instant
     if waiting is not None:
         row.pending_code, row.pending_message = str(waiting.code), waiting.message
     elif preempted:

@@ -151,6 +151,10 @@ class JobRow(Base):
     """`spec.checkpointIntervalSeconds`: an eviction loses at most this much work (rule 6)."""
     last_checkpoint_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     """The latest checkpoint the job reported (annotation `gangq.dev/last-checkpoint`)."""
+    lost_device_s: Mapped[float] = mapped_column(Double, server_default=text("0"))
+    """Work its evictions destroyed so far: it counts against evicting it again (rule 6)."""
+    queued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """When it last entered the queue again (a requeue); NULL: at `submitted_at`."""
 
     __table_args__ = (
         CheckConstraint(f"phase IN ({_quoted(PHASES)})", name="phase_known"),
@@ -161,6 +165,7 @@ class JobRow(Base):
         CheckConstraint("replicas > 0", name="replicas_positive"),
         CheckConstraint("devices_per_replica > 0", name="devices_per_replica_positive"),
         CheckConstraint("borrowed >= 0", name="borrowed_not_negative"),
+        CheckConstraint("lost_device_s >= 0", name="lost_not_negative"),
         CheckConstraint("max_runtime_s IS NULL OR max_runtime_s > 0", name="max_runtime_positive"),
         # One live job per namespace/name; finished jobs stay for history and usage.
         Index(

@@ -37,6 +37,8 @@ _JOB_COLUMNS = (
     JobRow.submitted_at,
     JobRow.max_runtime_s,
     JobRow.family,
+    JobRow.checkpoint_interval_s,
+    JobRow.queued_at,
 )
 """What a queued job's core view is made of (with its predicted runtime)."""
 _RUN_COLUMNS = (
@@ -44,8 +46,8 @@ _RUN_COLUMNS = (
     JobRow.started_at,
     JobRow.borrowed,
     JobRow.evicting,
-    JobRow.checkpoint_interval_s,
     JobRow.last_checkpoint_at,
+    JobRow.lost_device_s,
 )
 """What a running job's core view is made of besides (with its placement)."""
 _COLUMNS = (
@@ -125,6 +127,11 @@ def pending_job(
         submitted_at=timestamps.to_unix(row.submitted_at),
         max_runtime_s=None if row.max_runtime_s is None else float(row.max_runtime_s),
         predicted_runtime_s=_predicted_runtime_s(row, estimator),
+        checkpoint_interval_s=(
+            None if row.checkpoint_interval_s is None else float(row.checkpoint_interval_s)
+        ),
+        restart_s=stored.restart_s,
+        queued_at=timestamps.optional_unix(row.queued_at),
     )
 
 
@@ -141,6 +148,7 @@ def running_job(
     predicted = _predicted_runtime_s(row, estimator)
     # the first prediction: the core lengthens it while the gang outlives it (and says so)
     predicted_end = None if predicted is None else started + predicted
+    stored = specs.parse(row.spec)
     return model.RunningJob(
         key=key_of(row),
         uid=row.uid,
@@ -153,13 +161,15 @@ def running_job(
         max_runtime_s=bound,
         borrowed=row.borrowed,
         is_evicting=row.evicting,
-        pod=specs.parse(row.spec).pod,
+        pod=stored.pod,
         submitted_at=timestamps.to_unix(row.submitted_at),
         predicted_end_at=predicted_end,
         last_checkpoint_at=timestamps.optional_unix(row.last_checkpoint_at),
         checkpoint_interval_s=(
             None if row.checkpoint_interval_s is None else float(row.checkpoint_interval_s)
         ),
+        restart_s=stored.restart_s,
+        lost_before_device_s=float(row.lost_device_s),
     )
 
 

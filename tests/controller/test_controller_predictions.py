@@ -220,3 +220,12 @@ async def test_the_crd_refuses_a_bad_checkpoint_interval(harness: Harness, value
         await harness.kube.create(resources.TRAINING_JOBS, "ml-train", job)
     assert refused.value.status == 422
     assert "checkpointIntervalSeconds" in refused.value.message
+
+
+@pytest.mark.parametrize("value", [-1, 2147483648, "300"])
+async def test_the_crd_refuses_a_bad_restart_time(harness: Harness, value: object) -> None:
+    job = training_job("bad", restartSeconds=value)
+    with pytest.raises(KubeError) as refused:
+        await harness.kube.create(resources.TRAINING_JOBS, "ml-train", job)
+    assert refused.value.status == 422
+    assert "restartSeconds" in refused.value.message

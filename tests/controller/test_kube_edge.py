@@ -416,6 +416,7 @@ async def test_the_inventory_rebuilds_only_the_parts_whose_kind_changed(
             "spec.capacity.requests.GPU Memory: a capacity name is a C identifier",
         ),
         ({"capacity": {"requests": {}}}, "spec.capacity.requests: Dictionary should have at least"),
+        ({"restartSeconds": -1}, "spec.restartSeconds: Input should be greater than or equal to 0"),
     ],
     ids=[
         "zero-replicas",
@@ -425,6 +426,7 @@ async def test_the_inventory_rebuilds_only_the_parts_whose_kind_changed(
         "unreadable-share",
         "bad-capacity-name",
         "empty-requests",
+        "negative-restart",
     ],
 )
 def test_converter_names_the_field_that_is_wrong(spec: dict[str, object], message: str) -> None:
@@ -444,6 +446,10 @@ def test_converter_builds_the_queue_entry() -> None:
     assert pending.pod.cpu_milli == 1000
     assert pending.submitted_at == 1767225600.0
     assert pending.capacity_requests == ()
+    assert (pending.restart_s, pending.checkpoint_interval_s) == (300.0, None)
+    job["spec"].update(restartSeconds=900, checkpointIntervalSeconds=1800)
+    restarting = trainingjob.pending_job(job, tenant="ml-train")
+    assert (restarting.restart_s, restarting.checkpoint_interval_s) == (900.0, 1800.0)
     job["spec"]["capacity"] = {"requests": {"memory": "10Gi", "gpu.nvidia.com/cores": 2}}
     shared = trainingjob.pending_job(job, tenant="ml-train")
     assert shared.capacity_requests == (

@@ -74,26 +74,57 @@ from gangq.queue.core.explain import PendingReason, ReasonCode, WaitCause
             id="preemption",
         ),
         pytest.param(
-            explain.preemption(victims=("ml-train/x",), lost_device_h=3.14),
+            explain.preemption(victims=("ml-train/x",), cost_device_h=3.14),
             ReasonCode.PREEMPTION,
-            "preemption: waiting for 1 gang to be evicted (ml-train/x), loses 3.1 device-h",
-            id="preemption-lost-work",
+            "preemption: waiting for 1 gang to be evicted (ml-train/x), costs 3.1 device-h",
+            id="preemption-cost",
         ),
         pytest.param(
             explain.preemption_does_not_pay(
-                victims=("ml-train/x",), lost_device_h=3.14, wait_s=420
+                victims=("ml-train/x",), cost_device_h=3.14, wait_s=420
             ),
             ReasonCode.PREEMPTION,
-            "preemption: evicting ml-train/x loses 3.1 device-h, more than waiting costs "
+            "preemption: evicting ml-train/x costs 3.1 device-h, more than waiting costs "
             "(start in ~7m by prediction)",
             id="preemption-does-not-pay",
         ),
         pytest.param(
-            explain.reclaim_patience(free_in_s=420, evict_in_s=900),
+            explain.reclaim_patience(
+                tenant="ml-train",
+                kept_device_h=2.0,
+                cost_device_h=8.5,
+                evict_in_s=2925,
+                free_in_s=420,
+            ),
             ReasonCode.PREEMPTION,
-            "preemption: reclaim waits: borrowed devices free in ~7m by prediction; "
-            "evicting borrowers after ~15m",
+            "preemption: reclaim waits: evicting borrowers costs 8.5 device-h, tenant ml-train "
+            "was kept 2.0 device-h from its nominal quota; evicting pays in ~49m at the earliest "
+            "(borrowed devices free in ~7m by prediction)",
             id="reclaim-patience",
+        ),
+        pytest.param(
+            explain.reclaim_patience(
+                tenant="ml-train",
+                kept_device_h=2.0,
+                cost_device_h=573.0,
+                evict_in_s=None,
+                free_in_s=None,
+            ),
+            ReasonCode.PREEMPTION,
+            "preemption: reclaim waits: evicting borrowers costs 573.0 device-h, tenant "
+            "ml-train was kept 2.0 device-h from its nominal quota; evicting never pays while "
+            "their unsaved work grows as fast (no borrowed devices predicted to free)",
+            id="reclaim-patience-never",
+        ),
+        pytest.param(
+            explain.unsaved_borrow(
+                tenant="research", run_s=None, needed=8, free=16, left=16, device_class="gpu"
+            ),
+            ReasonCode.QUOTA,
+            "quota: tenant research would borrow for an unbounded run without checkpoints, "
+            "which leaves 16 of the 16 free gpu to tenants under nominal who may reclaim them; "
+            "job needs 8",
+            id="unsaved-borrow",
         ),
         pytest.param(
             explain.backfill(head="a/head", start_in_s=720, outlived=("b/long",)),
@@ -146,8 +177,13 @@ def test_each_waiting_reason_names_its_cause() -> None:
         ).cause,
         explain.backfill(head="a/b", start_in_s=60).cause,
         explain.preemption(victims=("a/b",)).cause,
-        explain.preemption_does_not_pay(victims=("a/b",), lost_device_h=1.0, wait_s=None).cause,
-        explain.reclaim_patience(free_in_s=None, evict_in_s=60).cause,
+        explain.preemption_does_not_pay(victims=("a/b",), cost_device_h=1.0, wait_s=None).cause,
+        explain.reclaim_patience(
+            tenant="t", kept_device_h=0.0, cost_device_h=1.0, evict_in_s=60, free_in_s=None
+        ).cause,
+        explain.unsaved_borrow(
+            tenant="t", run_s=7200, needed=1, free=1, left=1, device_class="gpu"
+        ).cause,
     ]
     assert causes == [
         WaitCause.LIMIT,
@@ -158,6 +194,7 @@ def test_each_waiting_reason_names_its_cause() -> None:
         WaitCause.EVICTING,
         WaitCause.NOT_PAYING,
         WaitCause.RECLAIM_PATIENCE,
+        WaitCause.UNSAVED,
     ]
 
 

@@ -1,5 +1,7 @@
-"""Rules 5 and 6 as goodput: victims by least lost work, evictions only when they pay, bounded
-reclaim patience, and reservations built on predicted runtimes that move when outlived."""
+"""Rules 5 and 6 as goodput: victims by least eviction cost (lost work, restart, work lost
+before), evictions only when they pay, reclaims that wait until waiting has cost as much as
+evicting, long borrowers without checkpoints kept off reclaimable devices, and reservations
+built on predicted runtimes that move when outlived."""
 
 from __future__ import annotations
 
@@ -58,6 +60,8 @@ def _running(
     tier: str = "small",
     borrowed: bool = False,
     checkpoint_ago_s: float | None = None,
+    checkpoint_interval_s: float | None = None,
+    lost_before_device_s: float = 0.0,
 ) -> RunningJob:
     gang = builders.gang(
         name,
@@ -71,6 +75,8 @@ def _running(
         gang,
         predicted_end_at=None if predicted_left_s is None else NOW + predicted_left_s,
         last_checkpoint_at=None if checkpoint_ago_s is None else NOW - checkpoint_ago_s,
+        checkpoint_interval_s=checkpoint_interval_s,
+        lost_before_device_s=lost_before_device_s,
     )
 
 
@@ -78,11 +84,12 @@ def _running(
 
 
 def _set_cost(gangs: tuple[RunningJob, ...]) -> tuple[int, int, float]:
-    """Rule 6 between victim sets: highest tier, then use within nominal, then lost work."""
+    """Rule 6 between victim sets: highest tier, then use within nominal, then lost work and
+    restarts (every gang restarts for `restart_s` on each of its devices)."""
     return (
         max((RANKS[g.tier] for g in gangs), default=0),
         sum(g.device_count - g.borrowed for g in gangs),
-        round(sum(g.lost_work_device_s(NOW) for g in gangs), 3),
+        round(sum(g.lost_work_device_s(NOW) + g.device_count * g.restart_s for g in gangs), 3),
     )
 
 
@@ -123,8 +130,8 @@ def test_one_replica_victims_cost_the_least_of_every_set_that_frees_a_place(
     case: tuple[PendingJob, Snapshot],
 ) -> None:
     """Brute force over every subset of the running gangs: the chosen victims free a place,
-    and no set that frees one evicts a lower top tier, less use within nominal, or less lost
-    work, in that order (rule 6)."""
+    and no set that frees one evicts a lower top tier, less use within nominal, or costs
+    less lost work and restarts, in that order (rule 6)."""
     job, snapshot = case
     result = cycle.run_cycle(snapshot=snapshot, policy=Policy(), now=NOW, matcher=DeviceMatcher())
 
@@ -173,17 +180,18 @@ def test_a_training_job_evicts_when_the_wait_costs_more_than_the_lost_work() -> 
     result = _cycle(builders.job("x", per_replica=8), running=(cheap,))
     assert _victims(result) == ["team-b/cheap"]
     assert result.pending[JobKey("team-a/x")].message == (
-        "preemption: waiting for 1 gang to be evicted (team-b/cheap), loses 2.0 device-h"
+        "preemption: waiting for 1 gang to be evicted (team-b/cheap), costs 2.7 device-h"
     )
 
 
 def test_a_training_job_waits_when_eviction_destroys_more_than_its_wait() -> None:
-    """8 devices x 10 h of work against 8 devices x 5 min of wait: it does not pay."""
+    """8 devices x 10 h of work (and 5 min of restart) against 8 devices x 5 min of wait: it
+    does not pay."""
     costly = _running("costly", "node-0", range(8), ran_s=36_000.0, predicted_left_s=300.0)
     result = _cycle(builders.job("x", per_replica=8), running=(costly,))
     assert result.preemptions == ()
     assert result.pending[JobKey("team-a/x")].message == (
-        "preemption: evicting team-b/costly loses 80.0 device-h, more than waiting costs "
+        "preemption: evicting team-b/costly costs 80.7 device-h, more than waiting costs "
         "(start in ~5m by prediction); reserved start in ~5m"
     )
 
@@ -194,13 +202,40 @@ def test_prod_inference_evicts_even_when_it_does_not_pay() -> None:
     assert _victims(_cycle(job, running=(costly,))) == ["team-b/costly"]
 
 
-# --- reclaim patience ------------------------------------------------------------------------
+# --- eviction cost: restarts and work lost before --------------------------------------------
+
+
+def test_a_restart_costs_every_device_so_a_smaller_victim_set_is_preferred() -> None:
+    """Prod needs 4 devices. Evicting the 8-device gang loses less work (8 x 100 s against
+    4 x 250 s) but restarts twice the devices (5 min each): 3200 device-s against 2200. The
+    set that evicts no more devices than the job needs is the cheaper one."""
+    quotas = (builders.quota("team-a", 8), builders.quota("team-b", 0, borrowing_limit=16))
+    whole = _running("whole", "node-0", range(8), ran_s=100.0, borrowed=True)
+    half = _running("half", "node-1", range(4), ran_s=250.0, borrowed=True)
+    kept = _running("kept", "node-1", range(4, 8), ran_s=36_000.0, borrowed=True)
+    job = builders.job("serve", tier="prod-inference", per_replica=4, max_runtime_s=None)
+    result = _cycle(job, running=(whole, half, kept), quotas=quotas, nodes=2)
+    assert _victims(result) == ["team-b/half"]
+
+
+def test_work_lost_to_earlier_evictions_counts_against_evicting_a_gang_again() -> None:
+    """Both gangs lose little now; `again` already lost 40 device-h to earlier evictions, so
+    evicting it once more is what thrashes: the other one goes."""
+    again = _running("again", "node-0", range(4), ran_s=600.0, lost_before_device_s=144_000.0)
+    other = _running("other", "node-0", range(4, 8), ran_s=1800.0)
+    job = builders.job("serve", tier="prod-inference", per_replica=4, max_runtime_s=None)
+    assert _victims(_cycle(job, running=(again, other))) == ["team-b/other"]
+
+
+# --- reclaims: ski rental --------------------------------------------------------------------
 
 RECLAIM_QUOTAS = (builders.quota("team-a", 8), builders.quota("team-b", 0, borrowing_limit=8))
 
 
-def _reclaim(waited_s: float) -> CycleResult:
-    borrower = _running(
+def _saved_borrower(*, checkpoint_ago_s: float = 600.0) -> RunningJob:
+    """8 borrowed devices, checkpointing every 10 min, predicted to end in 7 min: an eviction
+    costs 8 x 10 min of work and 8 x 5 min of restart, 2.0 device-h, however long it ran."""
+    return _running(
         "borrower",
         "node-0",
         range(8),
@@ -208,45 +243,161 @@ def _reclaim(waited_s: float) -> CycleResult:
         predicted_left_s=420.0,
         tier="training",
         borrowed=True,
+        checkpoint_ago_s=checkpoint_ago_s,
+        checkpoint_interval_s=600.0,
     )
-    job = builders.job("x", tier="small", submitted_at=NOW - waited_s)
-    return _cycle(job, running=(borrower,), quotas=RECLAIM_QUOTAS)
 
 
-def test_a_reclaim_waits_for_borrowed_devices_predicted_free_within_its_patience() -> None:
-    """The small tier waits up to 8 h (after its 300 s preemption delay)."""
-    result = _reclaim(waited_s=400.0)
+def _reclaim(*waited_s: float, borrower: RunningJob | None = None) -> CycleResult:
+    jobs = [
+        builders.job(f"x{i}", tier="small", submitted_at=NOW - waited)
+        for i, waited in enumerate(waited_s)
+    ]
+    gang = borrower if borrower is not None else _saved_borrower()
+    return _cycle(*jobs, running=(gang,), quotas=RECLAIM_QUOTAS)
+
+
+def test_a_reclaim_waits_until_its_tenant_was_kept_as_long_as_evicting_costs() -> None:
+    """The borrower is predicted to free its devices in 7 min, but a reclaim does not bet on
+    predictions: one device owed for 400 s is 0.1 device-h of 2.0. Its checkpoint is due, and
+    once saved the eviction costs only the restart (0.7 device-h): the earliest it can pay,
+    when the cycle weighs again, is in 2000 s."""
+    result = _reclaim(400.0)
     assert result.preemptions == ()
-    reason = result.pending[JobKey("team-a/x")]
+    reason = result.pending[JobKey("team-a/x0")]
     assert reason.code is ReasonCode.PREEMPTION
     assert reason.message.startswith(
-        "preemption: reclaim waits: borrowed devices free in ~7m by prediction; evicting "
-        "borrowers after ~7h53m"
+        "preemption: reclaim waits: evicting borrowers costs 2.0 device-h, tenant team-a was "
+        "kept 0.1 device-h from its nominal quota; evicting pays in ~33m at the earliest "
+        "(borrowed devices free in ~7m by prediction)"
     )
+    assert result.decide_again_at == NOW + 2000.0
 
 
-def test_a_reclaim_evicts_once_it_has_waited_its_patience() -> None:
-    assert _victims(_reclaim(waited_s=28_800.0)) == ["team-b/borrower"]
+def test_a_reclaim_evicts_once_the_wait_has_cost_what_evicting_costs() -> None:
+    """Before the change a reclaim evicted past a fixed patience whether or not it paid, and
+    within it whenever a predicted wait made it pay; now it is the wait already paid that
+    decides: 1 device x 7200 s = 2.0 device-h, the eviction's cost."""
+    assert _victims(_reclaim(7199.0)) == []
+    assert _victims(_reclaim(7200.0)) == ["team-b/borrower"]
 
 
-def test_a_reclaim_evicts_borrowers_of_its_tier_at_once_when_that_pays() -> None:
-    """Borrowers of the reclaimer's own tier: the reclaim takes the cheapest of them now,
-    since that pays, rather than wait up to its patience for one to end (a borrowed training
-    gang would be waited for, as above)."""
-    borrowers = tuple(
+def test_every_waiting_job_of_the_tenant_counts_up_to_what_it_is_owed() -> None:
+    """Four 1-device jobs that each waited 1800 s: the tenant was kept 4 x 1800 s = 2.0
+    device-h from its nominal quota, as much as evicting costs."""
+    assert _victims(_reclaim(1800.0, 1800.0, 1800.0, 1799.0)) == []
+    assert len(_victims(_reclaim(1800.0, 1800.0, 1800.0, 1800.0))) == 1
+
+
+def test_a_reclaim_never_evicts_a_borrower_whose_unsaved_work_grows_as_fast_as_the_wait() -> None:
+    """The trace that lost 573 device-h: a 1x8 job of a tenant within nominal evicted another
+    tenant's 1x8 that had run 71.6 h without a checkpoint, after a 2 h wait. Waiting costs 8
+    devices per second and so does the victim's unsaved work: evicting never pays while it
+    runs."""
+    victim = _running(
+        "borrower", "node-0", range(8), ran_s=71.6 * 3600, tier="training", borrowed=True
+    )
+    job = builders.job("x", tier="training", per_replica=8, submitted_at=NOW - 2 * 3600)
+    result = _cycle(job, running=(victim,), quotas=RECLAIM_QUOTAS)
+    assert result.preemptions == ()
+    assert "evicting never pays while their unsaved work grows as fast" in (
+        result.pending[JobKey("team-a/x")].message
+    )
+    assert result.decide_again_at is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    waited=st.lists(st.integers(0, 40_000), min_size=1, max_size=4),
+    ran_s=st.integers(700, 100_000),
+    checkpoint=st.sampled_from([None, 600.0, 3600.0]),
+    restart_s=st.sampled_from([0.0, 300.0, 1200.0]),
+    lost_before=st.sampled_from([0.0, 36_000.0]),
+)
+def test_a_reclaim_never_destroys_more_than_its_tenant_has_waited(
+    waited: list[int],
+    ran_s: int,
+    checkpoint: float | None,
+    restart_s: float,
+    lost_before: float,
+) -> None:
+    """The ski-rental bound: an eviction happens exactly when what it costs is at most the
+    device-time the reclaiming tenant has been kept from its nominal quota, so waiting plus
+    evicting never exceeds twice what either alone would have cost."""
+    victim = dataclasses.replace(
         _running(
-            f"b{i}",
+            "borrower",
             "node-0",
-            range(i, i + 1),
-            ran_s=120.0 + i,
-            predicted_left_s=1800.0,
+            range(8),
+            ran_s=float(ran_s),
+            tier="training",
             borrowed=True,
-        )
-        for i in range(8)
+            checkpoint_ago_s=None if checkpoint is None else min(checkpoint, float(ran_s)),
+            checkpoint_interval_s=checkpoint,
+            lost_before_device_s=lost_before,
+        ),
+        restart_s=restart_s,
     )
-    job = builders.job("x", tier="small", submitted_at=NOW - 400.0)
-    result = _cycle(job, running=borrowers, quotas=RECLAIM_QUOTAS)
-    assert _victims(result) == ["team-b/b0"]
+    result = _reclaim(*map(float, waited), borrower=victim)
+    kept = float(sum(waited))
+    assert bool(result.preemptions) == (victim.eviction_cost_device_s(NOW) <= kept)
+
+
+# --- long borrowers without checkpoints (Policy.unsaved_borrow_s, here one day) --------------
+
+HAZARD_QUOTAS = (
+    builders.quota("team-a", 8),
+    builders.quota("team-b", 0, borrowing_limit=16),
+)
+
+
+def _borrow(job: PendingJob, *, unsaved_borrow_s: float | None = 86_400.0) -> CycleResult:
+    """team-a holds nothing, so all 8 of its nominal devices could be reclaimed at any time;
+    8 of 16 devices are free."""
+    busy = _running("busy", "node-1", range(8), ran_s=600.0, tier="training")
+    snapshot = Snapshot(
+        inventory=builders.cluster(2), quotas=HAZARD_QUOTAS, running=(busy,), pending=(job,)
+    )
+    policy = Policy(unsaved_borrow_s=unsaved_borrow_s)
+    return cycle.run_cycle(snapshot=snapshot, policy=policy, now=NOW, matcher=DeviceMatcher())
+
+
+def test_a_borrower_without_checkpoints_leaves_others_nominal_free_for_an_unbounded_run() -> None:
+    job = builders.job("long", tenant="team-b", tier="training", per_replica=8, max_runtime_s=None)
+    result = _borrow(job)
+    assert result.admissions == ()
+    assert result.pending[JobKey("team-b/long")].message == (
+        "quota: tenant team-b would borrow for an unbounded run without checkpoints, which "
+        "leaves 8 of the 8 free gpu to tenants under nominal who may reclaim them; job needs 8"
+    )
+
+
+def test_a_borrower_without_checkpoints_leaves_the_share_its_run_is_of_a_day() -> None:
+    """12 h is half of `Policy.unsaved_borrow_s`: it leaves 4 of team-a's 8 unused devices."""
+    half_day = 12 * 3600.0
+    small = builders.job("half", tenant="team-b", tier="training", per_replica=4)
+    whole = builders.job("whole", tenant="team-b", tier="training", per_replica=8)
+    small, whole = (dataclasses.replace(j, max_runtime_s=half_day) for j in (small, whole))
+    assert [a.job for a in _borrow(small).admissions] == [small.key]
+    result = _borrow(whole)
+    assert result.admissions == ()
+    assert "leaves 4 of the 8 free gpu" in result.pending[whole.key].message
+
+
+def test_a_short_or_checkpointing_borrower_takes_those_devices() -> None:
+    """An hour's run leaves int(8 x 1/24) = 0 devices; a job that checkpoints risks little
+    in a reclaim: both borrow. So does any borrower where the rule is off (the default)."""
+    short = builders.job("short", tenant="team-b", tier="training", per_replica=8)
+    saving = dataclasses.replace(
+        builders.job("saving", tenant="team-b", tier="training", per_replica=8, max_runtime_s=None),
+        checkpoint_interval_s=1800.0,
+    )
+    for job in (short, saving):
+        assert [a.job for a in _borrow(job).admissions] == [job.key]
+    unbounded = builders.job(
+        "long", tenant="team-b", tier="training", per_replica=8, max_runtime_s=None
+    )
+    assert [a.job for a in _borrow(unbounded, unsaved_borrow_s=None).admissions] == [unbounded.key]
 
 
 # --- predicted runtimes in reservations ------------------------------------------------------

@@ -16,7 +16,6 @@ from gangq.queue.core import cycle
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.explain import ReasonCode
 from gangq.queue.core.model import (
-    DEFAULT_TIERS,
     CycleResult,
     JobKey,
     PendingJob,
@@ -29,10 +28,7 @@ from gangq.queue.core.model import (
 )
 
 NOW = 10_000.0
-ALWAYS_PAYS = Policy(
-    preemption_cost_factor=math.inf,
-    tiers=tuple(dataclasses.replace(tier, reclaim_within_s=0.0) for tier in DEFAULT_TIERS),
-)
+ALWAYS_PAYS = Policy(preemption_cost_factor=math.inf)
 """These tests are about who may be a victim and which set is chosen; whether an eviction
 pays and how long a reclaim waits (rule 6) have their own tests in test_core_goodput.py."""
 QUOTAS = (
@@ -72,7 +68,7 @@ def test_higher_tier_evicts_a_whole_lower_gang_with_a_reason() -> None:
     )
     assert result.admissions == ()
     assert result.pending[JobKey("team-a/train")].message == (
-        "preemption: waiting for 1 gang to be evicted (team-b/small), loses 22.2 device-h"
+        "preemption: waiting for 1 gang to be evicted (team-b/small), costs 22.9 device-h"
     )
 
 
@@ -172,11 +168,15 @@ def test_a_job_still_in_its_delay_does_not_stop_an_older_one_from_preempting() -
     """Jobs alike share one verdict per cycle; whether each may preempt yet is part of it.
     (Without backfill, the younger job's refusal is such a shared verdict.)"""
     quotas = (builders.quota("team-a", 8), builders.quota("team-b", 0, borrowing_limit=8))
-    borrower = builders.gang(
-        "train", [("node-0", range(8))], tier="training", borrowed=8, max_runtime_s=None
+    borrower = dataclasses.replace(
+        builders.gang(
+            "train", [("node-0", range(8))], tier="training", borrowed=8, max_runtime_s=None
+        ),
+        checkpoint_interval_s=60.0,
     )
+    # the eviction costs 8 x (60 s of work + 300 s of restart); the two jobs waited more
     young = builders.job("young", tier="small", priority=5, submitted_at=NOW - 10)
-    old = builders.job("old", tier="small", submitted_at=NOW - 1000)
+    old = builders.job("old", tier="small", submitted_at=NOW - 5000)
     snapshot = Snapshot(
         inventory=builders.cluster(1), quotas=quotas, running=(borrower,), pending=(young, old)
     )
@@ -230,6 +230,28 @@ def test_multi_node_gang_is_evicted_whole_and_only_when_needed() -> None:
     assert sorted(_victims(result)) == ["team-b/narrow", "team-b/wide"]
     one_node = _cycle(builders.job("x", per_replica=4), wide, narrow, peer, nodes=2)
     assert _victims(one_node) == ["team-b/narrow"]
+
+
+def test_a_gang_clears_whole_nodes_when_that_is_cheaper_than_many_half_nodes() -> None:
+    """A 2x8 job: node-0 and node-1 each hold two 4-device gangs, node-2 one 8-device gang.
+    Taken in victim order (cheapest gang first) the four halves free two nodes for 41600
+    device-s of lost work and restarts; clearing node-2 and node-0 costs 38800."""
+    quotas = (builders.quota("team-a", 16), builders.quota("team-b", 0, borrowing_limit=32))
+
+    def ran(name: str, node: str, indexes: range, seconds: float) -> RunningJob:
+        gang = builders.gang(name, [(node, indexes)], borrowed=len(indexes))
+        return dataclasses.replace(gang, started_at=NOW - seconds)
+
+    gangs = (
+        ran("a", "node-0", range(4), 2000.0),
+        ran("b", "node-0", range(4, 8), 2500.0),
+        ran("c", "node-1", range(4), 2100.0),
+        ran("d", "node-1", range(4, 8), 2600.0),
+        ran("e", "node-2", range(8), 2000.0),
+    )
+    job = builders.job("serve", tier="prod-inference", replicas=2, per_replica=8)
+    result = _cycle(job, *gangs, quotas=quotas, nodes=3)
+    assert sorted(_victims(result)) == ["team-b/a", "team-b/b", "team-b/e"]
 
 
 @st.composite

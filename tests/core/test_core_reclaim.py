@@ -100,13 +100,19 @@ def _serving(history: History) -> None:
         gang = builders.gang(name, [(node, range(8))], tenant="prod", tier="prod-inference")
         history.running[gang.key] = gang
         history.jobs[gang.key] = builders.job(name, tenant="prod", tier="prod-inference")
-    train = builders.gang(
-        "train-a",
-        [("node-1", range(8)), ("node-2", range(8))],
-        tenant="ml-train",
-        tier="training",
-        started_at=0.0,
-        borrowed=4,
+    # it checkpoints every 10 min: a reclaim costs it 16 x (1 min + 5 min of restart), less
+    # than the small job's wait (rule 6)
+    train = replace(
+        builders.gang(
+            "train-a",
+            [("node-1", range(8)), ("node-2", range(8))],
+            tenant="ml-train",
+            tier="training",
+            started_at=0.0,
+            borrowed=4,
+        ),
+        checkpoint_interval_s=600.0,
+        last_checkpoint_at=history.now - 60,
     )
     history.running[train.key] = train
     history.jobs[train.key] = builders.job(
@@ -306,7 +312,11 @@ def test_a_borrower_ending_before_the_owed_devices_free_may_use_them() -> None:
     running = tuple(replace(gang, started_at=now - 600) for gang in gangs)
     owed = builders.job("big", tenant="t0", tier="small", per_replica=4, submitted_at=now)
     short = builders.job("short", tenant="t2", tier="small", max_runtime_s=600, submitted_at=now)
-    long = builders.job("long", tenant="t2", tier="small", max_runtime_s=7200, submitted_at=now)
+    # it checkpoints: only what is owed holds it back, not the hazard of a reclaim
+    long = replace(
+        builders.job("long", tenant="t2", tier="small", max_runtime_s=7200, submitted_at=now),
+        checkpoint_interval_s=600.0,
+    )
     result = _one_cycle(owed, short, long, running=running, quotas=quotas)
     assert [a.job for a in result.admissions] == [short.key]
     assert result.pending[owed.key].code is not ReasonCode.QUOTA

@@ -129,10 +129,9 @@ def test_gangq_evicts_a_lower_tier_and_counts_the_work_lost() -> None:
     assert summary["wait_p95_s"] == {"prod-inference": 30, "small": 370}
 
 
-def test_gangq_reclaims_for_a_small_job_once_its_preemption_delay_is_over() -> None:
-    """ci/s is owed the node (nominal 8) that research borrows; the small tier waits 300 s
-    before it evicts anyone, so the simulator must wake at 400 with nothing else happening:
-    the borrower is evicted then and ci/s starts after the 30 s grace period."""
+def _reclaimed(*, restart_s: float) -> Outcome:
+    """ci/s is owed the node (nominal 8) that research borrows. research saves a checkpoint
+    every 30 s, so an eviction costs it at most 8 x 30 s of work and 8 x `restart_s`."""
     document = {
         "horizon": 2000,
         "cluster": {"nodes": 1, "racks": 1},
@@ -141,11 +140,27 @@ def test_gangq_reclaims_for_a_small_job_once_its_preemption_delay_is_over() -> N
             {"name": "research", "nominal": 0, "borrowingLimit": 8},
         ],
         "jobs": [
-            _job("research/t", 0, "training", devicesPerReplica=8, runtime=5000),
+            _job(
+                "research/t",
+                0,
+                "training",
+                devicesPerReplica=8,
+                runtime=5000,
+                checkpointInterval=30,
+                restartSeconds=restart_s,
+            ),
             _job("ci/s", 100, "small", runtime=60),
         ],
     }
-    outcome = _run("gangq", trace.from_document(document))
+    return _run("gangq", trace.from_document(document))
+
+
+def test_gangq_reclaims_for_a_small_job_once_its_preemption_delay_is_over() -> None:
+    """The small tier waits 300 s before it evicts anyone, so the simulator must wake at 400
+    with nothing else happening: then ci/s has waited 300 device-s, the borrower's eviction
+    costs 8 x 10 s since its checkpoint at 390, it is evicted and ci/s starts after the 30 s
+    grace period."""
+    outcome = _reclaimed(restart_s=0)
     assert outcome.records["research/t"].evictions == 1
     assert outcome.records["ci/s"].first_started_at == 430
     waited = outcome.records["ci/s"].waited_by_cause
@@ -153,6 +168,18 @@ def test_gangq_reclaims_for_a_small_job_once_its_preemption_delay_is_over() -> N
     assert sum(waited.values()) == outcome.records["ci/s"].waited_s == 330
     by_cause = report.summarize(outcome)["wait_by_cause_h"]["small"]
     assert by_cause == {cause: seconds / 3600 for cause, seconds in waited.items()}
+
+
+def test_gangq_wakes_when_a_waiting_reclaim_starts_to_pay_and_counts_the_restart() -> None:
+    """The eviction costs 8 x 100 s of restart and 8 x up to 30 s of work: ci/s, waiting
+    since 100, has paid 800 device-s by 900, when research has just saved a checkpoint. With
+    no event in between, the simulator wakes when the cycle says the reclaim may first pay;
+    the restart research spends before the horizon counts as lost."""
+    outcome = _reclaimed(restart_s=100)
+    assert outcome.records["ci/s"].first_started_at == 930
+    restarted = outcome.records["research/t"]
+    assert (restarted.evictions, restarted.started_at) == (1, 990)
+    assert report.summarize(outcome)["device_hours_lost"] == pytest.approx(8 * 100 / 3600)
 
 
 def test_a_job_is_stopped_at_its_max_runtime() -> None:

@@ -48,8 +48,9 @@ def test_a_resumed_gang_runs_only_what_its_checkpoint_did_not_save() -> None:
         _job("prod/p", 100, "prod-inference", devicesPerReplica=8, runtime=200),
     ]
     outcome = _simulate(jobs, horizon=2000)
-    # prod runs 130-330; the small gang restarts at 330 with 900 s left
-    assert outcome.records["ci/s"].finished_at == 330 + 900
+    # prod runs 130-330; the small gang restarts at 330 (300 s, the default restartSeconds)
+    # with 900 s left
+    assert outcome.records["ci/s"].finished_at == 330 + 300 + 900
 
 
 def test_predictions_come_from_the_finished_runs_of_the_same_family() -> None:
@@ -94,17 +95,29 @@ def _sample_figures(capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str
 def test_config_replays_the_tiers_of_a_settings_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The default prod-inference tier evicts nobody in the sample; a file whose tiers let
-    a reclaim evict at once (reclaimWithinSeconds 0) makes the small jobs reclaim."""
+    """The default tiers evict nobody in the sample; a file whose small tier always
+    preempts (as serving does, without weighing the cost) makes the small jobs reclaim."""
     settings = tmp_path / "gangq.yaml"
     settings.write_text(
         "tiers:\n"
         "  - {name: prod-inference, rank: 300, longRunning: true}\n"
         "  - {name: training, rank: 200, minRuntimeBeforePreemptionSeconds: 600}\n"
-        "  - {name: small, rank: 100, minRuntimeBeforePreemptionSeconds: 60}\n"
+        "  - {name: small, rank: 100, alwaysPreempts: true}\n"
     )
     assert _sample_figures(capsys)["preemptions"] == 0
     assert _sample_figures(capsys, "--config", str(settings))["preemptions"] == 1
+
+
+def test_config_turns_on_holding_unsaved_borrowers_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Off by default; with `unsaved_borrow_s`, ml-train's second training gang, which would
+    borrow for hours without checkpoints, waits for the others' unused nominal quota."""
+    settings = tmp_path / "gangq.yaml"
+    settings.write_text("unsaved_borrow_s: 3600\n")
+    assert "unsaved" not in _sample_figures(capsys)["wait_by_cause_h"]["training"]
+    held = _sample_figures(capsys, "--config", str(settings))["wait_by_cause_h"]["training"]
+    assert held["unsaved"] > 1
 
 
 def test_config_replays_the_tenants_of_a_settings_file(

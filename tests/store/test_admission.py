@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core import model
 from gangq.queue.core.cel import DeviceMatcher
-from gangq.queue.store import admission, database, jobs, leader, tenants
+from gangq.queue.store import admission, database, jobs, leader, snapshot, tenants
 from gangq.queue.store.errors import NotLeaderError, StoreError
 
 from .samples import (
@@ -407,6 +408,52 @@ async def test_preemption_marks_whole_victim_gangs_once(
     assert [(e.reason, e.details["for"]) for e in preempted] == [(victim.reason, "serving/llm")]
     assert serving.job.phase == "Queued"
     assert all(v.job == victim.job for p in second.preemptions for v in p.victims)
+
+
+async def test_a_victim_brings_its_eviction_history_and_restart_into_its_next_views(
+    database_url: str, session_factory: Sessions
+) -> None:
+    """The work an eviction destroys stays with the job across its requeue, the core sees it
+    on the job's next run (rule 6: it counts against evicting it again), and the queued job
+    counts its wait from the requeue; `spec.restartSeconds` reaches both views."""
+    small = dataclasses.replace(
+        job("ml-train/small", tier="small", devices_per_replica=8), restart_s=120.0
+    )
+    await _setup(session_factory, small)
+    async with session_factory() as session, session.begin():
+        await hold(
+            session, small.key, placement("node-0", *range(8)), at=T0 - 3600, phase="Running"
+        )
+        await tenants.upsert_tenant(
+            session,
+            "serving",
+            (quota("serving", nominal=8, allowed_tiers=()),),
+            actor="admin",
+            now=T0,
+        )
+        serving = job("serving/llm", tenant="serving", tier="prod-inference", devices_per_replica=8)
+        await jobs.enqueue(session, [serving], actor="test", now=T0)
+    leadership, epoch = await _epoch(database_url)
+    try:
+        result = await _cycle(session_factory, epoch, nodes=1)
+    finally:
+        await leadership.release()
+    ((victim,),) = [p.victims for p in result.preemptions]
+    assert victim.job == small.key and victim.lost_device_s == 8 * 3610.0
+    async with session_factory() as session, session.begin():
+        await jobs.requeue(
+            session, small.key, at=T0 + 60, actor="test", reason="evicted", preempted=True
+        )
+    async with session_factory() as session:
+        queued = await snapshot.load(session, inventory(1), now=T0 + 70)
+    (requeued,) = [j for j in queued.snapshot.pending if j.key == small.key]
+    assert (requeued.queued_at, requeued.restart_s) == (T0 + 60, 120.0)
+    async with session_factory() as session, session.begin():
+        await hold(session, small.key, placement("node-0", *range(8)), at=T0 + 80)
+    async with session_factory() as session:
+        again = await snapshot.load(session, inventory(1), now=T0 + 90)
+    (running,) = [g for g in again.snapshot.running if g.key == small.key]
+    assert (running.lost_before_device_s, running.restart_s) == (8 * 3610.0, 120.0)
 
 
 async def test_a_never_fit_job_is_counted_apart_from_the_pending_ones(
