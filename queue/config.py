@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gangq.queue.core import model
@@ -37,6 +37,19 @@ class TierConfig(BaseModel):
     """A job of this tier evicts nobody (reclaim included) before it has waited this long."""
     always_preempts: bool = Field(default=False, alias="alwaysPreempts")
     """Evicts lower tiers without weighing their lost work against its wait (serving)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_reclaim_patience(cls, values: Any) -> Any:
+        """Settings written for the fixed reclaim patience must say what replaced it, not just
+        that the key is unknown."""
+        if isinstance(values, dict) and "reclaimWithinSeconds" in values:
+            raise ValueError(
+                "reclaimWithinSeconds was removed: a reclaim now evicts once the time its tenant "
+                "was kept from its nominal quota has cost what the eviction destroys (ski "
+                "rental, docs/sim.md); delete the key"
+            )
+        return values
 
     def to_core(self) -> model.Tier:
         return model.Tier(

@@ -510,6 +510,11 @@ def test_settings_file_and_environment(tmp_path: Path, monkeypatch: pytest.Monke
     path.write_text("tiers: [{name: gold}]\n")
     with pytest.raises(InvalidInputError, match="rank"):
         config.load(path)
+    path.write_text("tiers: [{name: gold, rank: 1, reclaimWithinSeconds: 7200}]\n")
+    with pytest.raises(
+        InvalidInputError, match=r"reclaimWithinSeconds was removed: .*delete the key"
+    ):
+        config.load(path)
     monkeypatch.setenv("GANGQ_CYCLE_INTERVAL_S", "soon")
     with pytest.raises(InvalidInputError, match="from the environment"):
         config.load(path)
