@@ -113,6 +113,19 @@ def copied_paths() -> list[str]:
     ]
 
 
+def test_the_build_stage_copies_what_every_package_data_link_points_at() -> None:
+    """A link whose target the build stage does not COPY dangles there, and setuptools then
+    leaves its package data out of the wheel without a word."""
+    copied = [ROOT / path.rstrip("/") for path in copied_paths()]
+    links = [path for folder in ("queue", "api") for path in (ROOT / folder).rglob("*")]
+    dangling = [
+        str(link.relative_to(ROOT))
+        for link in links
+        if link.is_symlink() and not any(link.resolve().is_relative_to(source) for source in copied)
+    ]
+    assert dangling == []
+
+
 def isolated(**extra: str) -> dict[str, str]:
     """This environment minus what could lead a child Python to this test environment's packages."""
     hidden = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "DATABASE_URL"}
@@ -236,8 +249,8 @@ def test_a_bench_suite_without_its_extra_says_which_extra_to_install(
 @pytest.mark.slow
 def test_the_installed_demo_plays_to_its_end(installed: Path, server_url: str) -> None:
     result = gangq(installed, "demo", "--json", timeout=300, DATABASE_URL=server_url)
-    body = json.loads(result.stdout)
     assert result.returncode == 0, result.stderr[-3000:]
+    body = json.loads(result.stdout)
     assert body["ok"] is True
     assert all(check["ok"] for check in body["checks"])
     assert len(body["jobs"]) == 21
