@@ -180,11 +180,12 @@ class _Arrivals:
         return round(day * DAY + hour * HOUR + rng.uniform(0.0, HOUR))
 
 
-def arrival_instants(family: Family, *, seed: int, count: int, days: int) -> list[float]:
-    """`count` arrivals as the family places its jobs: what its hour-of-day profile yields."""
-    arrivals = _Arrivals(family, days=days)
-    rng = random.Random(f"{family.name}-arrivals-{seed}")
-    return [arrivals.draw(rng) for _ in range(count)]
+@dataclass(frozen=True, slots=True)
+class Drawn:
+    """A drawn job and how it ends: `finished`, `failed` (early) or `cancelled`."""
+
+    job: TraceJob
+    outcome: str
 
 
 class _Jobs:
@@ -218,7 +219,7 @@ class _Jobs:
         rng.shuffle(medians)
         return medians
 
-    def draw(self, arrival: float) -> TraceJob:
+    def draw(self, arrival: float) -> Drawn:
         rng, family = self.rng, self.family
         tenant = rng.choice(TENANTS)
         gpus = rng.choices(self.sizes, cum_weights=self.size_weights)[0]
@@ -242,7 +243,7 @@ class _Jobs:
         if replicas > 1:
             topology = Topology(RACK_LABEL, TopologyMode.PREFERRED)
         self.count += 1
-        return TraceJob(
+        job = TraceJob(
             key=JobKey(f"{tenant}/job-{gpus}g-{self.count}"),
             arrival_s=arrival,
             tenant=Tenant(tenant),
@@ -255,6 +256,16 @@ class _Jobs:
             checkpoint_interval_s=checkpoint,
             family=f"{replicas}x{per_replica}-{'abcd'[index]}",
         )
+        return Drawn(job, outcome)
+
+
+def sample(family: Family, *, seed: int, count: int, days: int = 7) -> list[Drawn]:
+    """The first `count` jobs `generate` draws for this seed, with their outcomes, whatever
+    the load: what the family's statistics are checked on."""
+    rng = random.Random(f"{family.name}-{seed}")
+    arrivals = _Arrivals(family, days=days)
+    draws = _Jobs(family, rng)
+    return [draws.draw(arrivals.draw(rng)) for _ in range(count)]
 
 
 def generate(family: Family, *, seed: int, days: int = 7, load: float = DEFAULT_LOAD) -> Trace:
@@ -275,7 +286,7 @@ def generate(family: Family, *, seed: int, days: int = 7, load: float = DEFAULT_
     draws = _Jobs(family, rng)
     tolerance = LOAD_TOLERANCE * CLUSTER.capacity * horizon
     while remaining > tolerance:
-        job = draws.draw(arrivals.draw(rng))
+        job = draws.draw(arrivals.draw(rng)).job
         asked = offered_device_s(job, horizon_s=horizon)
         if asked - remaining <= tolerance:
             jobs.append(job)

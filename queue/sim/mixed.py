@@ -50,7 +50,7 @@ def quotas() -> tuple[TenantQuota, ...]:
     )
 
 
-def _jobs(rng: random.Random, tenant: str, *, horizon: float, rate: float) -> Iterator[TraceJob]:
+def _jobs(rng: random.Random, tenant: str, *, horizon: float) -> Iterator[TraceJob]:
     medians = {
         (replicas, per_replica, family): (
             SMALL_MEDIAN_S if replicas * per_replica <= 2 else TRAINING_MEDIAN_S
@@ -59,8 +59,7 @@ def _jobs(rng: random.Random, tenant: str, *, horizon: float, rate: float) -> It
         for replicas, per_replica, _ in SHAPES
         for family in range(FAMILIES)
     }
-    mean_interval_s = MEAN_INTERVAL_S / rate
-    arrival = rng.expovariate(1 / mean_interval_s)
+    arrival = rng.expovariate(1 / MEAN_INTERVAL_S)
     index = 0
     while arrival < horizon:
         replicas, per_replica, _ = rng.choices(SHAPES, [p for _, _, p in SHAPES])[0]
@@ -92,14 +91,13 @@ def _jobs(rng: random.Random, tenant: str, *, horizon: float, rate: float) -> It
             family=f"{replicas}x{per_replica}-{'abc'[family]}",
         )
         index += 1
-        arrival += rng.expovariate(1 / mean_interval_s)
+        arrival += rng.expovariate(1 / MEAN_INTERVAL_S)
 
 
-def generate(*, seed: int, days: int = 7, rate: float = 1.0) -> Trace:
-    """The mixed week over `days` simulated days; jobs sorted by arrival. `rate` multiplies
-    every tenant's arrival rate."""
+def generate(*, seed: int | str, days: int = 7) -> Trace:
+    """The mixed week over `days` simulated days; jobs sorted by arrival."""
     horizon = days * DAY
     rng = random.Random(f"mixed-{seed}")
-    jobs = [job for tenant in TENANTS for job in _jobs(rng, tenant, horizon=horizon, rate=rate)]
+    jobs = [job for tenant in TENANTS for job in _jobs(rng, tenant, horizon=horizon)]
     jobs.sort(key=lambda job: (job.arrival_s, job.key))
     return Trace(cluster=CLUSTER, quotas=quotas(), jobs=tuple(jobs), horizon_s=horizon)

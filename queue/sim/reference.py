@@ -119,16 +119,10 @@ def prod_jobs(rng: random.Random, *, days: int) -> Iterator[TraceJob]:
 
 
 def _gangs(
-    rng: random.Random,
-    habits: random.Random,
-    stream: GangStream,
-    *,
-    horizon: float,
-    rate: float,
+    rng: random.Random, habits: random.Random, stream: GangStream, *, horizon: float
 ) -> Iterator[TraceJob]:
     """`habits` draws checkpointing apart from `rng`, so arrivals and runs stay the same."""
-    mean_interval_s = stream.mean_interval_s / rate
-    arrival = rng.expovariate(1 / mean_interval_s)
+    arrival = rng.expovariate(1 / stream.mean_interval_s)
     index = 0
     low, high = stream.runtime_s
     while arrival < horizon:
@@ -153,24 +147,24 @@ def _gangs(
             family=f"train-{stream.replicas}x8-{'abc'[band]}",
         )
         index += 1
-        arrival += rng.expovariate(1 / mean_interval_s)
+        arrival += rng.expovariate(1 / stream.mean_interval_s)
 
 
-def _small_rate(time_s: float, *, rate: float) -> float:
+def _small_rate(time_s: float) -> float:
     """Arrivals per second: busy working hours, a quiet night (peak 1.6x, trough 0.4x)."""
     phase = 2 * math.pi * ((time_s % DAY) / DAY - 0.375)
-    return rate * (1 + 0.6 * math.sin(phase)) / SMALL_MEAN_INTERVAL_S
+    return (1 + 0.6 * math.sin(phase)) / SMALL_MEAN_INTERVAL_S
 
 
-def _small(rng: random.Random, *, horizon: float, rate: float) -> Iterator[TraceJob]:
+def _small(rng: random.Random, *, horizon: float) -> Iterator[TraceJob]:
     """Non-homogeneous Poisson arrivals by thinning against the peak rate."""
-    peak = rate * 1.6 / SMALL_MEAN_INTERVAL_S
+    peak = 1.6 / SMALL_MEAN_INTERVAL_S
     tenants = [name for name, _ in SMALL_TENANTS]
     weights = [share for _, share in SMALL_TENANTS]
     arrival = rng.expovariate(peak)
     index = 0
     while arrival < horizon:
-        if rng.random() * peak <= _small_rate(arrival, rate=rate):
+        if rng.random() * peak <= _small_rate(arrival):
             tenant = rng.choices(tenants, weights)[0]
             yield TraceJob(
                 key=JobKey(f"{tenant}/small-{index}"),
@@ -184,15 +178,14 @@ def _small(rng: random.Random, *, horizon: float, rate: float) -> Iterator[Trace
         arrival += rng.expovariate(peak)
 
 
-def generate(*, seed: int, days: int = 7, rate: float = 1.0) -> Trace:
-    """The reference trace over `days` simulated days; jobs sorted by arrival. `rate`
-    multiplies the arrival rate of training gangs and small jobs (prod stays as it is)."""
+def generate(*, seed: int | str, days: int = 7) -> Trace:
+    """The reference trace over `days` simulated days; jobs sorted by arrival."""
     horizon = days * DAY
     rng = random.Random(seed)
     habits = random.Random(f"checkpoints-{seed}")
     jobs = list(prod_jobs(rng, days=days))
     for stream in GANG_STREAMS:
-        jobs.extend(_gangs(rng, habits, stream, horizon=horizon, rate=rate))
-    jobs.extend(_small(rng, horizon=horizon, rate=rate))
+        jobs.extend(_gangs(rng, habits, stream, horizon=horizon))
+    jobs.extend(_small(rng, horizon=horizon))
     jobs.sort(key=lambda job: (job.arrival_s, job.key))
     return Trace(cluster=CLUSTER, quotas=QUOTAS, jobs=tuple(jobs), horizon_s=horizon)

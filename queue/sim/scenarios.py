@@ -20,7 +20,10 @@ def generate(name: str, *, seed: int, days: int, offered: float | None = None) -
         if offered is None:
             return families.generate(family, seed=seed, days=days)
         return families.generate(family, seed=seed, days=days, load=offered)
-    week = reference.generate if name == "reference" else mixed.generate
+    generator = reference.generate if name == "reference" else mixed.generate
     if offered is None:
-        return week(seed=seed, days=days)
-    return load.at_load(lambda rate: week(seed=seed, days=days, rate=rate), offered)
+        return generator(seed=seed, days=days)
+    return load.at_load(
+        lambda week: generator(seed=seed if week == 0 else f"{seed}-week-{week}", days=days),
+        offered,
+    )
