@@ -37,9 +37,8 @@ def test_the_share_of_one_gpu_jobs_and_of_failures_are_the_cited_ones(
     one_gpu = sum(1 for d in drawn if d.job.device_count == 1) / len(drawn)
     assert one_gpu == pytest.approx(shares[1], abs=0.02)
     outcomes = Counter(d.outcome for d in drawn)
-    finished, failed, cancelled = family.outcomes
-    assert outcomes["failed"] / len(drawn) == pytest.approx(failed, abs=0.02)
-    assert outcomes["cancelled"] / len(drawn) == pytest.approx(cancelled, abs=0.02)
+    for outcome, share in zip(("finished", "failed", "cancelled"), family.outcomes, strict=True):
+        assert outcomes[outcome] / len(drawn) == pytest.approx(share, abs=0.02)
     for d in drawn:
         job = d.job
         assert job.runtime_s is not None and job.max_runtime_s is not None
