@@ -3,8 +3,8 @@
 Owns the generators only: one parameter table per family, each figure taken from the trace's
 paper or its own published summaries (docs/sim.md cites them), mapped onto the reference
 cluster with a prod tenant (nominal 24, steady serving) and five training tenants (nominal 8,
-borrowing limit 56). A week holds exactly the offered load asked for: jobs are drawn until
-their device-time reaches it, then placed by hour of day and day of week.
+borrowing limit 56). A week offers the load asked for to within half a point: jobs are drawn,
+each placed by day of week and hour of day, until their device-time reaches it.
 The same family, seed, days and load give the same trace, job for job.
 """
 
