@@ -142,15 +142,14 @@ def _load_option(args: argparse.Namespace) -> float | None:
 
 def _loads(args: argparse.Namespace) -> list[float]:
     """`--scenario all`'s loads: `--loads`, else `--load`, else `ALL_LOADS`."""
+    option, parts = "--loads", list(ALL_LOADS)
     if args.loads is not None:
         if args.load is not None:
             raise InvalidInputError("give --loads or --load, not both")
         parts = args.loads.split(",")
     elif args.load is not None:
-        parts = [args.load]
-    else:
-        parts = list(ALL_LOADS)
-    return list(dict.fromkeys(_offered(part.strip(), option="--loads") for part in parts))
+        option, parts = "--load", [args.load]
+    return list(dict.fromkeys(_offered(part.strip(), option=option) for part in parts))
 
 
 def _check_days(days: int) -> None:
