@@ -94,7 +94,7 @@ def _jobs(rng: random.Random, tenant: str, *, horizon: float) -> Iterator[TraceJ
         arrival += rng.expovariate(1 / MEAN_INTERVAL_S)
 
 
-def generate(*, seed: int, days: int = 7) -> Trace:
+def generate(*, seed: int | str, days: int = 7) -> Trace:
     """The mixed week over `days` simulated days; jobs sorted by arrival."""
     horizon = days * DAY
     rng = random.Random(f"mixed-{seed}")

@@ -93,7 +93,9 @@ def _bound(runtime_s: float) -> float:
     return math.ceil(runtime_s * 1.25 / HOUR) * HOUR
 
 
-def _prod(rng: random.Random, *, days: int) -> Iterator[TraceJob]:
+def prod_jobs(rng: random.Random, *, days: int) -> Iterator[TraceJob]:
+    """Steady serving (2 x 8, never ending) and a scale-up replica each afternoon: the
+    prod tenant's 24 nominal devices, the same in every generated scenario that has one."""
     yield TraceJob(
         key=JobKey("inference/llm-prod"),
         arrival_s=0.0,
@@ -176,12 +178,12 @@ def _small(rng: random.Random, *, horizon: float) -> Iterator[TraceJob]:
         arrival += rng.expovariate(peak)
 
 
-def generate(*, seed: int, days: int = 7) -> Trace:
+def generate(*, seed: int | str, days: int = 7) -> Trace:
     """The reference trace over `days` simulated days; jobs sorted by arrival."""
     horizon = days * DAY
     rng = random.Random(seed)
     habits = random.Random(f"checkpoints-{seed}")
-    jobs = list(_prod(rng, days=days))
+    jobs = list(prod_jobs(rng, days=days))
     for stream in GANG_STREAMS:
         jobs.extend(_gangs(rng, habits, stream, horizon=horizon))
     jobs.extend(_small(rng, horizon=horizon))

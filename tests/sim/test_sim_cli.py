@@ -93,8 +93,31 @@ def test_the_reference_trace_runs_for_a_day_with_a_plot_and_progress(
             ["sim", "--plot", "/nonexistent/dir/out.png"],
             "--plot: folder /nonexistent/dir does not exist",
         ),
+        (["sim", "--scenario", "philly2"], "unknown scenario 'philly2'; choose from reference"),
+        (["sim", "--scenario", "pai", "--load", "heavy"], "--load: expected a number, got 'heavy'"),
+        (["sim", "--scenario", "pai", "--load", "0"], "--load: expected a load above 0"),
+        (["sim", "--scenario", "all", "--loads", "0.9,4"], "--loads: expected a load above 0"),
+        (["sim", "--scenario", "all", "--load", "-1"], "--load: expected a load above 0"),
+        (["sim", "--scenario", "acme", "--loads", "0.9"], "--loads needs --scenario all"),
+        (["sim", "--scenario", str(SAMPLE), "--load", "0.9"], "--load needs a generated scenario"),
+        (["sim", "--scenario", "all", "--policy", "all"], "--scenario all runs gangq, fifo-strict"),
+        (["sim", "--scenario", "all", "--jobs", "0"], "--jobs must be at least 1"),
     ],
-    ids=["unknown-policy", "missing-trace", "no-days", "plot-folder-missing"],
+    ids=[
+        "unknown-policy",
+        "missing-trace",
+        "no-days",
+        "plot-folder-missing",
+        "unknown-scenario",
+        "load-not-a-number",
+        "load-zero",
+        "loads-too-high",
+        "all-load-negative",
+        "loads-without-all",
+        "load-of-a-file",
+        "all-with-policy",
+        "no-jobs",
+    ],
 )
 def test_bad_arguments_exit_2_with_a_message(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
@@ -103,3 +126,58 @@ def test_bad_arguments_exit_2_with_a_message(
     assert code == 2
     assert out == ""
     assert err.startswith("gangq: error: ") and message in err
+
+
+ALL_TINY = ["sim", "--scenario", "all", "--days", "1", "--seeds", "1-1", "--loads", "0.3,0.35"]
+"""Every scenario barely above prod serving's own load for a day: seconds, not hours."""
+
+
+def test_all_prints_one_goal_row_per_scenario_seed_and_load_then_the_worst(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = _gangq([*ALL_TINY, "--json", "--jobs", "2"], capsys)
+    assert code == 0
+    document = json.loads(out)
+    assert document["policies"] == ["gangq", "fifo-strict", "fifo-besteffort"]
+    assert document["seeds"] == [1] and document["loads"] == [0.3, 0.35]
+    rows = document["rows"]
+    assert [(row["scenario"], row["load"]) for row in rows] == [
+        (scenario, offered)
+        for scenario in ("reference", "mixed", "philly", "helios", "pai", "acme")
+        for offered in (0.3, 0.35)
+    ]
+    for row in rows:
+        assert set(row) >= {
+            "utilization_useful",
+            "fifo_utilization_useful",
+            "lost_fraction",
+            "prod_inference_wait_p95_s",
+            "training_wait_p95_s",
+            "fifo_besteffort_training_wait_p95_s",
+            "small_wait_p95_s",
+            "partial_starts",
+            "offered_load",
+        }
+        assert row["useful_vs_fifo"] == pytest.approx(
+            row["utilization_useful"] - row["fifo_utilization_useful"]
+        )
+        assert row["offered_load"] == pytest.approx(row["load"], abs=0.03)
+    assert list(document["worst"]) == ["reference", "mixed", "philly", "helios", "pai", "acme"]
+    for scenario, worst in document["worst"].items():
+        mine = [row for row in rows if row["scenario"] == scenario]
+        assert worst["utilization_useful"] == min(row["utilization_useful"] for row in mine)
+        assert worst["lost_fraction"] == max(row["lost_fraction"] for row in mine)
+
+    code, table, _ = _gangq(ALL_TINY, capsys)
+    assert code == 0
+    lines = table.splitlines()
+    assert lines[0].startswith("scenarios reference, mixed, philly, helios, pai, acme; seeds 1-1")
+    assert lines[1].split()[:4] == ["scenario", "seed", "load", "offered"]
+    body = [line.split() for line in lines[2:]]
+    assert len(body) == len(rows) + 6
+    for cells, row in zip(body, rows, strict=False):
+        assert cells[:3] == [row["scenario"], "1", f"{row['load']:g}"]
+        assert cells[4] == f"{100 * row['utilization_useful']:.1f}%", "one process or two: same"
+    assert [cells[:2] for cells in body[len(rows) :]] == [
+        [scenario, "worst"] for scenario in document["worst"]
+    ]
