@@ -191,7 +191,8 @@ class Gangs:
         timeout = float(spec.startup_timeout_seconds if spec else 600)
         evict_by = timestamps.optional_unix(held.row.evict_by) if held.row.evicting else None
         now = self.clock()
-        if evict_by is not None:
+        # The step after a checkpoint request's deadline evicts the gang.
+        if evict_by is not None and now < evict_by:
             self.deadlines[held.row.uid] = evict_by
         elif held.row.started_at is None:
             self.deadlines[held.row.uid] = admitted + timeout
