@@ -272,11 +272,11 @@ class Actuator:
         volume). The stamp is the stored request time, so writing it again (a retry, a new
         leader) changes nothing. True when this call wrote the first annotation of the gang,
         i.e. the request is news."""
+        live = [pod for pod in gang.pods.values() if not lifecycle.is_terminated(pod)]
         asked = [
             pod
-            for pod in gang.pods.values()
-            if not lifecycle.is_terminated(pod)
-            and ((pod.get("metadata") or {}).get("annotations") or {}).get(
+            for pod in live
+            if ((pod.get("metadata") or {}).get("annotations") or {}).get(
                 objects.CHECKPOINT_REQUESTED
             )
             != stamp
@@ -293,7 +293,7 @@ class Actuator:
             )
 
         done = await asyncio.gather(*(annotate(pod) for pod in asked))
-        return len(asked) == len(gang.pods) and any(done)
+        return bool(asked) and len(asked) == len(live) and any(done)
 
     async def teardown(
         self,
