@@ -16,8 +16,8 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from gangq.api import redaction
-from gangq.queue.core import capacity, model
-from gangq.queue.kube import scale
+from gangq.queue.core import capacity, explain, model
+from gangq.queue.kube import scale, status
 from gangq.queue.store import events, jobs, runs, tenants
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
@@ -101,6 +101,15 @@ class JobOut(Schema):
     restarts: int
     borrowed: int = Field(description="devices used above the tenant's nominal quota")
     evicting: bool
+    checkpoint_requested_at: datetime | None = Field(
+        default=None,
+        description="an evicting job that opted in (spec.preemption.checkpointGraceSeconds): "
+        "when gangq asked it for a checkpoint (PRODUCT rule 6)",
+    )
+    evict_by: datetime | None = Field(
+        default=None,
+        description="when that job is evicted at the latest, with or without a checkpoint",
+    )
     reserved_start_at: datetime | None = Field(
         default=None,
         description="start a backfill reservation holds for this queued job (PRODUCT rule 5)",
@@ -129,6 +138,10 @@ class JobOut(Schema):
         namespace, _, name = record.key.partition("/")
         job, first = scale.split_name(name)
         reason = record.reason
+        requested, evict_by = record.checkpoint_requested_at, record.evict_by
+        if record.is_evicting and requested is not None and evict_by is not None:
+            message = status.checkpoint_request(requested, evict_by, preemptor=record.evicted_for)
+            reason = explain.PendingReason(explain.ReasonCode.PREEMPTION, message)
         return cls(
             namespace=namespace,
             name=name,
@@ -153,6 +166,8 @@ class JobOut(Schema):
             restarts=record.restarts,
             borrowed=record.borrowed,
             evicting=record.is_evicting,
+            checkpoint_requested_at=instant(requested),
+            evict_by=instant(evict_by),
             reserved_start_at=instant(record.reserved_start_at),
             eta_seconds=None
             if record.reserved_start_at is None

@@ -54,7 +54,9 @@ async function detail(namespace, name) {
     job.scaleUp ? el("p", {}, `It adds ${replicaRange(job)} to job `,
       jobLink(`${job.namespace}/${jobName}`), " as a gang of its own.") : "",
     el("dl", { class: "spec" },
-      ...pair("Phase", job.phase + (job.evicting ? " (being evicted)" : "")),
+      ...pair("Phase", job.phase + (job.evictBy
+        ? ` (checkpoint requested at ${when(job.checkpointRequestedAt)}, evicting by ${when(job.evictBy)})`
+        : job.evicting ? " (being evicted)" : "")),
       ...pair("Tenant / tier", `${job.tenant} / ${job.tier} (priority ${job.priority})`),
       ...pair("Gang", `${job.replicas} replicas × ${job.devicesPerReplica} ${job.deviceClassName}` +
         (added ? ` (+ ${added} in scale-up gangs)` : "")),

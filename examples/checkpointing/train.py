@@ -6,7 +6,14 @@ one that would lose hours. Rank 0 saves the model every CHECKPOINT_INTERVAL_SECO
 storage and then patches its own TrainingJob with the annotation `gangq.dev/last-checkpoint`
 (the time it saved, RFC3339), using the pod's service account: bind the ClusterRole
 `gangq-checkpoint-reporter` to it (trainingjob.yaml does). A restarted or requeued gang resumes
-from the checkpoint. Started by trainingjob.yaml as
+from the checkpoint.
+
+A job with `spec.preemption.checkpointGraceSeconds` is asked before gangq evicts it: gangq
+annotates its pods with `gangq.dev/checkpoint-requested` (the time of the request), which every
+container reads in /etc/gangq/podinfo/annotations (a downward-API volume the kubelet keeps
+current). Rank 0 looks at that file about once a second; when the request appears or changes,
+the gang saves and reports at once, and gangq evicts it right after the report instead of at
+the end of the grace, so the eviction loses only the steps since. Started by trainingjob.yaml as
 
     torchrun --nnodes=$GANGQ_REPLICAS --nproc_per_node=$GANGQ_DEVICES_PER_REPLICA \
         --node_rank=$NODE_RANK --master_addr=$MASTER_ADDR --master_port=$MASTER_PORT train.py
@@ -27,6 +34,23 @@ CHECKPOINT = Path(os.environ.get("CHECKPOINT_DIR", "/checkpoints")) / "model.pt"
 INTERVAL_S = float(os.environ.get("CHECKPOINT_INTERVAL_SECONDS", "600"))
 STEPS = int(os.environ.get("TRAIN_STEPS", "100000"))
 ANNOTATION = "gangq.dev/last-checkpoint"
+PODINFO = Path(os.environ.get("GANGQ_PODINFO", "/etc/gangq/podinfo")) / "annotations"
+REQUEST = "gangq.dev/checkpoint-requested"
+REQUEST_POLL_S = 1.0
+
+
+def checkpoint_request() -> str | None:
+    """The pod's current checkpoint request, if any: the downward-API file has one
+    `key="value"` line per annotation (values quoted as Go does; the request is a plain time)."""
+    try:
+        lines = PODINFO.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        key, _, value = line.partition("=")
+        if key == REQUEST:
+            return value.strip('"')
+    return None
 
 
 def report_checkpoint(saved_at: datetime) -> None:
@@ -79,7 +103,8 @@ def main() -> None:
         optimizer.load_state_dict(state["optimizer"])
         step = int(state["step"])
     ddp = DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda" else None)
-    last_save = time.monotonic()
+    last_save = last_poll = time.monotonic()
+    answered: str | None = None  # the request last answered; one already there is answered too
     while step < STEPS:
         batch = torch.randn(64, 1024, device=device)
         loss = torch.nn.functional.mse_loss(ddp(batch), batch)
@@ -88,7 +113,12 @@ def main() -> None:
         optimizer.step()
         step += 1
         # Every rank takes the same decision, so the barrier below is reached by all.
-        due = torch.tensor([time.monotonic() - last_save >= INTERVAL_S], device=device)
+        now = time.monotonic()
+        asked = False
+        if rank == 0 and now - last_poll >= REQUEST_POLL_S:
+            last_poll, request = now, checkpoint_request()
+            asked, answered = request not in (None, answered), request or answered
+        due = torch.tensor([asked or now - last_save >= INTERVAL_S], device=device)
         dist.broadcast(due, src=0)
         if due.item():
             if rank == 0:

@@ -42,10 +42,11 @@ class Hold:
 
 
 def end_of(job: RunningJob, *, tiers: Mapping[str, Tier], now: float) -> float:
-    """When the gang's devices are expected free: now for evicted gangs, never (inf) for
-    long-running tiers, else its predicted end (`expected_end`), else its runtime bound."""
+    """When the gang's devices are expected free: now for evicted gangs (the end of their
+    checkpoint grace for those asked for one first), never (inf) for long-running tiers, else
+    its predicted end (`expected_end`), else its runtime bound."""
     if job.is_evicting:
-        return now
+        return max(now, job.evicting_by or now)
     tier = tiers.get(job.tier)
     if tier is not None and tier.long_running:
         return math.inf

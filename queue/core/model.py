@@ -237,6 +237,9 @@ class PendingJob:
     `hazard`)."""
     restart_s: float = DEFAULT_RESTART_S
     """`spec.restartSeconds`: what each eviction costs it besides lost work (see RunningJob)."""
+    checkpoint_grace_s: float | None = None
+    """`spec.preemption.checkpointGraceSeconds`: an eviction first asks the gang for a
+    checkpoint and waits up to this long for it; None: evicted at once."""
 
     @property
     def device_count(self) -> int:
@@ -290,6 +293,9 @@ class RunningJob:
     """Devices of this gang counted above its tenant's nominal quota (rule 3)."""
     is_evicting: bool = False
     """Already chosen as a victim: its devices are coming free and count as such (rule 6)."""
+    evicting_by: float | None = None
+    """For a victim asked for a checkpoint first: when its grace ends, the latest its devices
+    come free; None: they come free as soon as its pods are gone."""
     pod: PodRequirements = PodRequirements()
     submitted_at: float = 0.0
     predicted_end_at: float | None = None

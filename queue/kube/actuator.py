@@ -266,6 +266,35 @@ class Actuator:
             )
             await _create(self.kube, resources.PODS, body)
 
+    async def request_checkpoint(self, gang: lifecycle.Gang, *, stamp: str) -> bool:
+        """Annotate every pod of the gang that does not show the request yet with
+        `gangq.dev/checkpoint-requested: stamp` (its pods read it through their downward-API
+        volume). The stamp is the stored request time, so writing it again (a retry, a new
+        leader) changes nothing. True when this call wrote the first annotation of the gang,
+        i.e. the request is news."""
+        live = [pod for pod in gang.pods.values() if not lifecycle.is_terminated(pod)]
+        asked = [
+            pod
+            for pod in live
+            if ((pod.get("metadata") or {}).get("annotations") or {}).get(
+                objects.CHECKPOINT_REQUESTED
+            )
+            != stamp
+        ]
+        patch = {"metadata": {"annotations": {objects.CHECKPOINT_REQUESTED: stamp}}}
+
+        async def annotate(pod: Mapping[str, Any]) -> bool:
+            meta = pod.get("metadata") or {}
+            namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+            return await _tolerant(
+                lambda: self.kube.patch(resources.PODS, namespace, name, patch),
+                what=f"checkpoint request on Pod {namespace}/{name}",
+                ok=(404,),
+            )
+
+        done = await asyncio.gather(*(annotate(pod) for pod in asked))
+        return bool(asked) and len(asked) == len(live) and any(done)
+
     async def teardown(
         self,
         *,

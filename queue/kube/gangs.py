@@ -26,6 +26,7 @@ from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import (
     blame,
     cache,
+    checkpoints,
     history,
     lifecycle,
     objects,
@@ -188,12 +189,21 @@ class Gangs:
         tier = self.settings.tier(held.row.tier)
         admitted = timestamps.to_unix(held.row.admitted_at or held.row.submitted_at)
         timeout = float(spec.startup_timeout_seconds if spec else 600)
-        if held.row.started_at is None:
+        evict_by = timestamps.optional_unix(held.row.evict_by) if held.row.evicting else None
+        now = self.clock()
+        # The step after a checkpoint request's deadline evicts the gang.
+        if evict_by is not None and now < evict_by:
+            self.deadlines[held.row.uid] = evict_by
+        elif held.row.started_at is None:
             self.deadlines[held.row.uid] = admitted + timeout
         else:
             self.deadlines.pop(held.row.uid, None)
+        reported = None
+        if held.gang.job is not None:
+            reported = checkpoints.reported(dict(held.gang.job), now=now)[0].last_checkpoint_at
+        stored = timestamps.optional_unix(held.row.last_checkpoint_at)
         return lifecycle.Context(
-            now=self.clock(),
+            now=now,
             long_running=bool(tier and tier.long_running),
             startup_timeout_s=timeout,
             admitted_at_s=admitted,
@@ -204,6 +214,11 @@ class Gangs:
             is_scaled_away=held.row.uid in self.scaled_away,
             started_at_s=timestamps.optional_unix(held.row.started_at),
             max_runtime_s=None if spec is None else spec.max_runtime_seconds,
+            checkpoint_requested_at_s=timestamps.optional_unix(held.row.checkpoint_requested_at),
+            evict_by_s=evict_by,
+            last_checkpoint_at_s=max(
+                (at for at in (reported, stored) if at is not None), default=None
+            ),
         )
 
     async def drive_all(
@@ -305,6 +320,7 @@ class Gangs:
                 backoff_s=backoff,
                 failures=failures,
                 waiting=waiting,
+                lost_device_s=verdict.lost_device_s,
             )
         await jobs.finish_all(session, finished, at=now, actor=actor)
         for ended in finished:
@@ -451,8 +467,22 @@ class Gangs:
             self._started.append(held)
         elif verdict.action is lifecycle.Action.RESTART_IN_PLACE:
             await self.actuator.restart_in_place(gang, verdict.replicas, spec=job_spec)
+        elif verdict.action is lifecycle.Action.REQUEST_CHECKPOINT:
+            await self._request_checkpoint(held)
         elif verdict.action is lifecycle.Action.TEARDOWN:
             await self._teardown(held, verdict, context=context)
+
+    async def _request_checkpoint(self, held: Held) -> None:
+        """Ask the victim's pods for a checkpoint with the stored request time; the Event goes
+        out only with the first annotation, so a retry or a new leader does not ask twice."""
+        row, job = held.row, held.gang.job
+        requested = timestamps.to_unix(row.checkpoint_requested_at)
+        news = await self.actuator.request_checkpoint(held.gang, stamp=objects.rfc3339(requested))
+        if news and job is not None:
+            message = status.checkpoint_request(
+                requested, timestamps.to_unix(row.evict_by), preemptor=row.evicted_for
+            )
+            await self.actuator.event(job, status.CHECKPOINT_REQUESTED, message, warning=False)
 
     def _refused(self, held: Held, refused: retry.Refusals) -> None:
         """The API server refused a write of the gang for good: the gang is torn down, its

@@ -12,6 +12,7 @@ actuator carries the verdict out.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,9 @@ class Action(enum.StrEnum):
     """Create what is missing (Service, claims with allocation, gated pods); release when whole."""
     WAIT = "wait"
     MARK_RUNNING = "mark_running"
+    REQUEST_CHECKPOINT = "request_checkpoint"
+    """A victim that opted in is asked for a checkpoint and keeps running until it reports
+    one or its grace ends (rule 6); its devices stay reserved to it meanwhile."""
     RESTART_IN_PLACE = "restart_in_place"
     TEARDOWN = "teardown"
 
@@ -136,6 +140,9 @@ class Verdict:
     failures: tuple[ReplicaFailure, ...] = ()
     backoff_s: float = 0.0
     """How long a job ending REFUSED waits before it may be admitted again."""
+    lost_device_s: float | None = None
+    """Work the eviction of a victim asked for a checkpoint first destroys, known only at
+    its eviction; None for every other ending."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +163,12 @@ class Context:
     """The job's replicas were lowered below this scale-up gang's replicas."""
     started_at_s: float | None = None
     max_runtime_s: float | None = None
+    checkpoint_requested_at_s: float | None = None
+    """An evicting gang that opted in: when gangq asked it for a checkpoint."""
+    evict_by_s: float | None = None
+    """When its grace ends."""
+    last_checkpoint_at_s: float | None = None
+    """The latest checkpoint the job reported (annotation or store, the later)."""
 
 
 def is_gated(pod: Mapping[str, Any]) -> bool:
@@ -351,9 +364,7 @@ def assess(gang: Gang, context: Context) -> Verdict:
             Action.TEARDOWN, ending=Ending.DELETED, reason="TrainingJob deleted", cause="Deleted"
         )
     if gang.is_evicting:
-        return Verdict(
-            Action.TEARDOWN, ending=Ending.PREEMPTED, reason="preempted", cause="Preempted"
-        )
+        return _evicting(gang, context)
     if context.is_scaled_away:
         return Verdict(
             Action.TEARDOWN, ending=Ending.SUCCEEDED, reason="scaled down", cause="ScaledDown"
@@ -390,6 +401,44 @@ def assess(gang: Gang, context: Context) -> Verdict:
     if context.now > context.admitted_at_s + context.startup_timeout_s:
         return _timeout(gang, context)
     return Verdict(Action.BUILD)
+
+
+def is_answered(context: Context) -> bool:
+    """The job reported a checkpoint at or after the request: the request's second is what
+    its pods read (whole seconds, as the API server writes times), so a checkpoint stamped
+    in that second answers it."""
+    requested, checkpoint = context.checkpoint_requested_at_s, context.last_checkpoint_at_s
+    return requested is not None and checkpoint is not None and checkpoint >= math.floor(requested)
+
+
+def _evicting(gang: Gang, context: Context) -> Verdict:
+    """A victim is evicted at once, unless it opted in to be asked first, runs, and neither
+    answered nor ran out of grace: then it is asked (again, harmlessly) and keeps running.
+    Evicted after a request, it loses the work since its last checkpoint, counted now."""
+    requested, deadline = context.checkpoint_requested_at_s, context.evict_by_s
+    if requested is None or deadline is None:
+        return Verdict(
+            Action.TEARDOWN, ending=Ending.PREEMPTED, reason="preempted", cause="Preempted"
+        )
+    answered = is_answered(context)
+    if gang.is_running and not answered and context.now < deadline:
+        return Verdict(Action.REQUEST_CHECKPOINT, reason="checkpoint requested")
+    started = context.started_at_s if context.started_at_s is not None else context.now
+    since = max(started, context.last_checkpoint_at_s or started)
+    devices = sum(len(p.devices) for p in gang.placement)
+    if answered:
+        reason = "preempted after the checkpoint it was asked for"
+    elif gang.is_running:
+        reason = f"preempted: no checkpoint within {deadline - requested:.0f}s of the request"
+    else:
+        reason = "preempted before it started"
+    return Verdict(
+        Action.TEARDOWN,
+        ending=Ending.PREEMPTED,
+        reason=reason,
+        cause="Preempted",
+        lost_device_s=devices * max(context.now - since, 0.0),
+    )
 
 
 def _timeout(gang: Gang, context: Context) -> Verdict:

@@ -36,6 +36,13 @@ long-running replica restarts in place on its allocation): gangq deletes a gang'
 once none of its pods runs, only gangq creates claims for its device classes (admission
 policy), and the store keeps the devices reserved until no pod runs, so gangq never places a
 gang on devices a running pod still uses."""
+CHECKPOINT_REQUESTED = "gangq.dev/checkpoint-requested"
+"""On each pod of a victim that opted in to be asked first: when gangq asked it for a
+checkpoint (RFC3339). It is evicted once it reports a newer one, or when its grace ends."""
+PODINFO_VOLUME = "gangq-podinfo"
+PODINFO_PATH = "/etc/gangq/podinfo"
+"""Where every container of a gangq pod reads its pod's annotations (file `annotations`,
+kept current by the kubelet): a checkpoint request shows there within a kubelet sync."""
 REQUEST = "devices"
 CLAIM_REF = "gangq-devices"
 MASTER_PORT = 29500
@@ -264,8 +271,23 @@ def pod(
             e for e in container.get("env") or [] if e.get("name") not in {x["name"] for x in env}
         ]
         container["env"] = [*kept, *env]
+        container["volumeMounts"] = [
+            *(m for m in container.get("volumeMounts") or [] if m.get("name") != PODINFO_VOLUME),
+            {"name": PODINFO_VOLUME, "mountPath": PODINFO_PATH, "readOnly": True},
+        ]
         containers.append(container)
     pod_spec["containers"] = containers
+    pod_spec["volumes"] = [
+        *(v for v in pod_spec.get("volumes") or [] if v.get("name") != PODINFO_VOLUME),
+        {
+            "name": PODINFO_VOLUME,
+            "downwardAPI": {
+                "items": [
+                    {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}
+                ]
+            },
+        },
+    ]
     if gated:
         pod_spec["schedulingGates"] = [{"name": GATE}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}

@@ -15,6 +15,8 @@ from gangq.queue.core import model
 from gangq.queue.kube import objects, trainingjob
 from gangq.queue.store import jobs, reservations
 
+CHECKPOINT_REQUESTED = "CheckpointRequested"
+"""Condition and Event reason of a victim asked for a checkpoint before its eviction."""
 COMPARED = ("phase", "queuePosition", "reason", "placement", "restarts", "preemptions")
 CAUSE_REASONS = {"Error": "ReplicaFailed", "Lost": "ReplicaLost", "": "Ended"}
 """Replica causes renamed for the job's conditions; the others (OOMKilled, NodeLost,
@@ -25,6 +27,15 @@ def condition_reason(cause: str) -> str:
     """A CamelCase condition and event reason for how a job ended (Kubernetes conventions)."""
     named = CAUSE_REASONS.get(cause, cause)
     return "".join(ch for ch in named if ch.isalnum()) or "Ended"
+
+
+def checkpoint_request(requested_at: float, evict_by: float, *, preemptor: str | None) -> str:
+    """What a victim asked for a checkpoint is told: when, for whom, and its last moment."""
+    wanted = f" for {preemptor}" if preemptor else ""
+    return (
+        f"checkpoint requested at {objects.rfc3339(requested_at)}{wanted}, "
+        f"evicting by {objects.rfc3339(evict_by)}"
+    )
 
 
 def waiting_reason(record: jobs.JobRecord) -> str:
@@ -116,6 +127,11 @@ def desired(
             now=now,
         ),
     ]
+    if holding and record.checkpoint_requested_at is not None and record.evict_by is not None:
+        reason = checkpoint_request(
+            record.checkpoint_requested_at, record.evict_by, preemptor=record.evicted_for
+        )
+        conditions.append(_condition(CHECKPOINT_REQUESTED, True, "Preempting", reason, now=now))
     if finished:
         outcome = record.outcome.cause if record.outcome else ""
         cause = trainingjob.INVALID_SPEC if invalid else outcome

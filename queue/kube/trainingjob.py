@@ -22,6 +22,9 @@ FINALIZER = "gangq.dev/teardown"
 """Kept on a TrainingJob until its pods and claims are gone and its devices released."""
 DEFAULT_DEVICE_CLASS = "gpu.nvidia.com"
 INVALID_SPEC = "InvalidSpec"
+MAX_CHECKPOINT_GRACE_S = 3600
+"""Longest `spec.preemption.checkpointGraceSeconds`: a preemptor waits no longer for a victim's
+checkpoint than an hour, whatever the victim asks for."""
 """Reason of the Admissible condition, and of the Event, of a job refused for its spec."""
 
 
@@ -69,6 +72,14 @@ class TopologySpec(BaseModel):
     mode: Literal["Required", "Preferred", "None"] = "Preferred"
 
 
+class PreemptionSpec(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    checkpoint_grace_seconds: int | None = Field(
+        alias="checkpointGraceSeconds", default=None, ge=0, le=MAX_CHECKPOINT_GRACE_S
+    )
+
+
 class TrainingJobSpec(BaseModel):
     """`spec` of a TrainingJob (crds/trainingjob.yaml is the schema; this re-checks it)."""
 
@@ -102,6 +113,7 @@ class TrainingJobSpec(BaseModel):
         ge=0,
         le=validation.INT32_MAX,
     )
+    preemption: PreemptionSpec | None = None
     template: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -172,7 +184,14 @@ def pending_job(job: dict[str, Any], *, tenant: str | None) -> model.PendingJob:
             else float(spec.checkpoint_interval_seconds)
         ),
         restart_s=float(spec.restart_seconds),
+        checkpoint_grace_s=_grace(spec.preemption),
     )
+
+
+def _grace(preemption: PreemptionSpec | None) -> float | None:
+    if preemption is None or preemption.checkpoint_grace_seconds is None:
+        return None
+    return float(preemption.checkpoint_grace_seconds)
 
 
 def capacity_requests(capacity: CapacitySpec | None) -> tuple[tuple[str, int], ...]:

@@ -39,6 +39,11 @@ EVICTION_GRACE_S = 30.0
 which the core counts as coming free for its preemptor) until its pods are gone; then the gang
 rejoins the queue."""
 
+CHECKPOINT_SAVE_S = 60.0
+"""How long a job that checkpoints takes to save and report one when asked before an eviction
+(rule 6, `checkpointGraceSeconds`): it answers after this or at the end of its grace, the
+sooner; a job that never checkpoints does not answer and is evicted when its grace ends."""
+
 ProgressCallback = Callable[[float], None]
 
 
@@ -307,11 +312,12 @@ class Simulation:
         record.borrowed = 0
         record.held_since = None
         record.started_at = None
-        record.evicting_since = None
+        record.evicting_since = record.evicting_by = record.saved_on_request_at = None
         del self.holding[record.job.key]
 
     def _evict_victims(self, result: CycleResult, *, now: float) -> None:
-        """Rule 6: whole gangs go, after their grace period."""
+        """Rule 6: whole gangs go, after their grace period; one that opted in is asked for a
+        checkpoint first and its pods are deleted once it answers or its grace ends."""
         for preemption in result.preemptions:
             for victim in preemption.victims:
                 record = self.records.get(victim.job)
@@ -320,8 +326,24 @@ class Simulation:
                 record.evicting_since = now
                 record.evictions += 1
                 self.outcome.evictions += 1
-                event = Event(now + EVICTION_GRACE_S, EventKind.EVICTED, victim.job, record.attempt)
+                asked_s = self._ask_for_checkpoint(record, now=now)
+                event = Event(
+                    now + asked_s + EVICTION_GRACE_S, EventKind.EVICTED, victim.job, record.attempt
+                )
                 heapq.heappush(self.events, event)
+
+    def _ask_for_checkpoint(self, record: JobRecord, *, now: float) -> float:
+        """How long a victim keeps running after the request: a job that checkpoints answers
+        after saving (`CHECKPOINT_SAVE_S`, at most its grace), with its work up to the request
+        saved; one that does not runs out its grace and loses as if it had not been asked."""
+        grace = record.job.checkpoint_grace_s
+        if grace is None or record.started_at is None:
+            return 0.0
+        record.evicting_by = now + grace
+        if record.job.checkpoint_interval_s is None:
+            return grace
+        record.saved_on_request_at = now
+        return min(grace, CHECKPOINT_SAVE_S)
 
     def _end_eviction(self, record: JobRecord, *, now: float) -> None:
         """The victim's pods are gone: its work since its last checkpoint is lost and it queues
@@ -331,6 +353,8 @@ class Simulation:
             ran = now - record.started_at
             worked = max(ran - record.restart_s, 0.0)
             saved = _checkpointed(worked, interval=record.job.checkpoint_interval_s)
+            if record.saved_on_request_at is not None:
+                saved = max(record.saved_on_request_at - record.started_at - record.restart_s, 0.0)
             record.progress_s += saved
             lost = record.held_devices * (ran - saved)
             record.lost_device_s += lost
@@ -375,6 +399,7 @@ class Simulation:
                 max_runtime_s=record.job.max_runtime_s,
                 borrowed=record.borrowed,
                 is_evicting=record.evicting_since is not None,
+                evicting_by=record.evicting_by,
                 submitted_at=record.job.arrival_s,
                 predicted_end_at=record.predicted_end,
                 last_checkpoint_at=_last_checkpoint(record, now=now),

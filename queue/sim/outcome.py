@@ -25,6 +25,10 @@ class JobRecord:
     """When the last replica got devices: the work runs from here."""
     evicting_since: float | None = None
     """Chosen as a preemption victim; its devices are held until the grace period ends."""
+    evicting_by: float | None = None
+    """A victim asked for a checkpoint first: the end of its checkpoint grace."""
+    saved_on_request_at: float | None = None
+    """A victim that answered the request: its work up to this instant is saved."""
     attempt: int = 0
     """Bumped on eviction or teardown so timers of an earlier attempt are ignored."""
     pending_since: float | None = None

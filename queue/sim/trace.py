@@ -79,6 +79,9 @@ class TraceJob:
     family: str | None = None
     """Runs of one family are alike (prediction history); None: the name without its
     numeric suffix (`prediction.family_of`)."""
+    checkpoint_grace_s: float | None = None
+    """`spec.preemption.checkpointGraceSeconds`: asked for a checkpoint before an eviction
+    and evicted after it answers or this grace ends; None: evicted at once."""
     slice: str | None = None
     """A slice job: its devices are partitions of this profile (`SLICE_PROFILES`), not GPUs."""
 
@@ -176,6 +179,9 @@ class _Job(_Model):
         DEFAULT_RESTART_S, ge=0, allow_inf_nan=False, alias="restartSeconds"
     )
     family: str | None = pydantic.Field(None, min_length=1)
+    checkpoint_grace: float | None = pydantic.Field(
+        None, ge=0, le=3600, allow_inf_nan=False, alias="checkpointGraceSeconds"
+    )
     slice: Literal["1g.10gb", "2g.20gb", "3g.40gb"] | None = None
 
 
@@ -223,6 +229,7 @@ def _job(raw: _Job, *, index: int) -> TraceJob:
         checkpoint_interval_s=raw.checkpoint_interval,
         restart_s=raw.restart,
         family=raw.family,
+        checkpoint_grace_s=raw.checkpoint_grace,
         slice=raw.slice,
     )
 
@@ -410,6 +417,7 @@ def _job_document(job: TraceJob) -> dict[str, Any]:
         "selectors": list(job.selectors) or None,
         "constraints": list(job.constraints) or None,
         "checkpointInterval": job.checkpoint_interval_s,
+        "checkpointGraceSeconds": job.checkpoint_grace_s,
         "family": job.family,
     }
     document.update({key: value for key, value in optional.items() if value is not None})

@@ -39,8 +39,13 @@ MARK_ADMITTED = text(
 )
 MARK_EVICTING = text(
     """
-    UPDATE jobs SET evicting = true, updated_at = :at, lost_device_s = lost_device_s + u.lost
-    FROM unnest(CAST(:ids AS bigint[]), CAST(:losts AS double precision[])) AS u(id, lost)
+    UPDATE jobs SET evicting = true, updated_at = :at, lost_device_s = lost_device_s + u.lost,
+           evicted_for = u.preemptor, evict_by = u.evict_by,
+           checkpoint_requested_at = CASE WHEN u.evict_by IS NULL THEN NULL
+                                          ELSE CAST(:at AS timestamptz) END
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:losts AS double precision[]),
+                CAST(:preemptors AS text[]), CAST(:evict_bys AS timestamptz[]))
+         AS u(id, lost, preemptor, evict_by)
     WHERE jobs.id = u.id AND NOT jobs.evicting
     """
 )
@@ -157,7 +162,12 @@ async def _write_preemptions(
     actor: str,
 ) -> None:
     """Mark victims as evicting (the actuator evicts them and requeues them after release) and
-    add the work they lose to what their evictions destroyed so far."""
+    add the work they lose to what their evictions destroyed so far.
+
+    A victim that opted in to be asked first (`checkpoint_grace_s`) is asked for a checkpoint
+    now and evicted by the end of its grace: the work it loses is known only then (module
+    `gangs` adds it at the eviction), so none is counted here.
+    """
     fresh = [
         (preemption.job, victim)
         for preemption in preemptions
@@ -167,9 +177,23 @@ async def _write_preemptions(
     if not fresh:
         return
     at = timestamps.to_datetime(now)
-    ids = [holding[victim.job].id for _, victim in fresh]
-    losts = [victim.lost_device_s for _, victim in fresh]
-    await session.execute(MARK_EVICTING, {"at": at, "ids": ids, "losts": losts})
+    specs = snapshot.SpecMemo()
+    graces = [specs.parse(holding[victim.job].spec).checkpoint_grace_s for _, victim in fresh]
+    await session.execute(
+        MARK_EVICTING,
+        {
+            "at": at,
+            "ids": [holding[victim.job].id for _, victim in fresh],
+            "losts": [
+                victim.lost_device_s if grace is None else 0.0
+                for (_, victim), grace in zip(fresh, graces, strict=True)
+            ],
+            "preemptors": [preemptor for preemptor, _ in fresh],
+            "evict_bys": [
+                None if grace is None else timestamps.to_datetime(now + grace) for grace in graces
+            ],
+        },
+    )
     await events.record(
         session,
         [
@@ -179,13 +203,14 @@ async def _write_preemptions(
                 kind=EventKind.PREEMPTED,
                 actor=actor,
                 now=now,
-                reason=victim.reason,
-                details={
-                    "for": preemptor,
-                    "lost_device_h": round(victim.lost_device_s / 3600.0, 3),
-                },
+                reason=victim.reason
+                if grace is None
+                else f"{victim.reason}; checkpoint requested, evicting within {grace:.0f}s",
+                details={"for": preemptor, "lost_device_h": round(victim.lost_device_s / 3600.0, 3)}
+                if grace is None
+                else {"for": preemptor, "checkpoint_grace_s": grace},
             )
-            for preemptor, victim in fresh
+            for (preemptor, victim), grace in zip(fresh, graces, strict=True)
         ],
     )
 

@@ -103,6 +103,12 @@ class JobRecord:
     is_evicting: bool
     reserved_start_at: float | None = None
     """Unix seconds a backfill reservation holds for this queued job (rule 5): its ETA."""
+    checkpoint_requested_at: float | None = None
+    """An evicting job asked for a checkpoint first: when it was asked."""
+    evict_by: float | None = None
+    """The end of its grace: evicted then at the latest."""
+    evicted_for: str | None = None
+    """The job an evicting job makes room for."""
     reserved_nodes: tuple[str, ...] = ()
     """The nodes that reservation holds (empty without one)."""
     outcome: Outcome | None = None
@@ -357,7 +363,8 @@ class Ending:
 FINISH = text(
     f"""
     UPDATE jobs AS j
-    SET phase = u.phase, finished_at = :at, evicting = false, pending_code = u.code,
+    SET phase = u.phase, finished_at = :at, evicting = false, checkpoint_requested_at = NULL,
+        evict_by = NULL, evicted_for = NULL, pending_code = u.code,
         pending_message = u.message, queue_position = NULL, reserved_start_at = NULL,
         reserved_nodes = NULL
     FROM unnest(CAST(:namespaces AS text[]), CAST(:names AS text[]), CAST(:phases AS text[]),
@@ -464,15 +471,25 @@ async def requeue(
     backoff_s: float = 0.0,
     failures: Sequence[Mapping[str, object]] = (),
     waiting: explain.PendingReason | None = None,
+    lost_device_s: float | None = None,
 ) -> None:
     """Release the gang whole and queue it again with its original submission time (rule 6, 8);
     each failed replica's node, exit code and message go into the history. A gang requeued
     for a problem of gangq's own (rule 14) counts as neither a restart nor a preemption, and
-    shows `waiting` as its reason until its backoff ends and the cycle judges it again."""
+    shows `waiting` as its reason until its backoff ends and the cycle judges it again.
+
+    `lost_device_s` is the work the eviction of a victim asked for a checkpoint first
+    destroyed, known only now (the others' was counted when they were chosen): it counts
+    against evicting the job again and goes into the preemption ledger with its preemptor."""
     row = await _live(session, key)
     instant = timestamps.to_datetime(at)
     freed = (await reservations.release(session, [row.id], at=instant))[row.id]
+    details: dict[str, object] = {"devices_released": freed, "backoff_s": backoff_s}
+    if lost_device_s is not None:
+        row.lost_device_s += lost_device_s
+        details |= {"for": row.evicted_for, "lost_device_h": round(lost_device_s / 3600.0, 3)}
     row.phase, row.evicting, row.borrowed = QUEUED, False, 0
+    row.checkpoint_requested_at = row.evict_by = row.evicted_for = None
     row.admitted_at = row.started_at = row.reserved_start_at = row.reserved_nodes = None
     row.not_before = timestamps.to_datetime(at + backoff_s) if backoff_s > 0 else None
     row.queued_at = instant
@@ -482,7 +499,6 @@ async def requeue(
         row.preemptions += 1
     else:
         row.restarts += 1
-    details: dict[str, object] = {"devices_released": freed, "backoff_s": backoff_s}
     await record_event(
         session, row, kind=EventKind.RELEASED, actor=actor, at=at, reason=reason, details=details
     )
@@ -498,6 +514,7 @@ async def suspend(session: AsyncSession, key: str, *, at: float, actor: str, rea
     released = await reservations.release(session, [row.id], at=timestamps.to_datetime(at))
     freed = released[row.id]
     row.phase, row.evicting, row.borrowed = SUSPENDED, False, 0
+    row.checkpoint_requested_at = row.evict_by = row.evicted_for = None
     row.admitted_at = row.started_at = None
     row.pending_code = row.pending_message = None
     row.queue_position = row.reserved_start_at = row.reserved_nodes = None
@@ -543,6 +560,9 @@ class _RecordFields(Protocol):
     evicting: bool
     reserved_start_at: datetime | None
     reserved_nodes: list[str] | None
+    checkpoint_requested_at: datetime | None
+    evict_by: datetime | None
+    evicted_for: str | None
 
 
 _RECORD_COLUMNS = tuple(getattr(JobRow, name) for name in _RecordFields.__annotations__)
@@ -584,6 +604,9 @@ def _record_view(row: _RecordFields) -> JobRecord:
         reserved_start_at=timestamps.optional_unix(row.reserved_start_at),
         reserved_nodes=tuple(row.reserved_nodes or ()),
         outcome=outcome,
+        checkpoint_requested_at=timestamps.optional_unix(row.checkpoint_requested_at),
+        evict_by=timestamps.optional_unix(row.evict_by),
+        evicted_for=row.evicted_for,
     )
 
 

@@ -134,6 +134,13 @@ class JobRow(Base):
     restarts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     borrowed: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     evicting: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    checkpoint_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """An evicting job that opted in (`spec.preemption.checkpointGraceSeconds`): when gangq
+    asked it for a checkpoint; kept with the decision so a new leader continues the wait."""
+    evict_by: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """The end of that grace: evicted then at the latest, with or without a checkpoint."""
+    evicted_for: Mapped[str | None] = mapped_column(Text)
+    """The preemptor an evicting job makes room for (`namespace/name`), told to its owner."""
     pending_code: Mapped[str | None] = mapped_column(Text)
     pending_message: Mapped[str | None] = mapped_column(Text)
     queue_position: Mapped[int | None] = mapped_column(Integer)

@@ -46,6 +46,7 @@ _RUN_COLUMNS = (
     JobRow.started_at,
     JobRow.borrowed,
     JobRow.evicting,
+    JobRow.evict_by,
     JobRow.last_checkpoint_at,
     JobRow.lost_device_s,
 )
@@ -58,6 +59,8 @@ _COLUMNS = (
     JobRow.queue_position,
     JobRow.reserved_start_at,
     JobRow.reserved_nodes,
+    JobRow.checkpoint_requested_at,
+    JobRow.evicted_for,
 )
 """The columns the cycle reads; the last ones are what it stored for a queued job, which
 change with every move of the queue and make no part of a core view."""
@@ -131,6 +134,7 @@ def pending_job(
             None if row.checkpoint_interval_s is None else float(row.checkpoint_interval_s)
         ),
         restart_s=stored.restart_s,
+        checkpoint_grace_s=stored.checkpoint_grace_s,
         queued_at=timestamps.optional_unix(row.queued_at),
     )
 
@@ -161,6 +165,7 @@ def running_job(
         max_runtime_s=bound,
         borrowed=row.borrowed,
         is_evicting=row.evicting,
+        evicting_by=timestamps.optional_unix(row.evict_by),
         pod=stored.pod,
         submitted_at=timestamps.to_unix(row.submitted_at),
         predicted_end_at=predicted_end,

@@ -1,8 +1,9 @@
 """The JSON form of a job's scheduling spec, kept in `jobs.spec`.
 
 Owns the translation of the parts of `PendingJob` that are not columns of their own (selectors,
-constraints, capacity requests, topology, pod requirements, restart time) into JSON and back. A
-stored value that cannot be read back is reported as invalid input, never guessed at.
+constraints, capacity requests, topology, pod requirements, restart time, checkpoint grace)
+into JSON and back. A stored value that cannot be read back is reported as invalid input, never
+guessed at.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ class JobSpec:
     topology: model.Topology
     pod: model.PodRequirements
     restart_s: float
+    checkpoint_grace_s: float | None
 
 
 def encode(job: model.PendingJob) -> dict[str, Any]:
     pod = job.pod
     return {
         "restart_s": job.restart_s,
+        "checkpoint_grace_s": job.checkpoint_grace_s,
         "selectors": list(job.selectors),
         "constraints": list(job.constraints),
         "capacity_requests": [list(pair) for pair in job.capacity_requests],
@@ -91,6 +94,9 @@ def parse(text: str) -> JobSpec:
             pod=_pod(raw.get("pod") or {}),
             # specs stored before `spec.restartSeconds` existed take its default
             restart_s=float(raw.get("restart_s", model.DEFAULT_RESTART_S)),
+            checkpoint_grace_s=(
+                None if raw.get("checkpoint_grace_s") is None else float(raw["checkpoint_grace_s"])
+            ),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise InvalidInputError(f"stored job spec cannot be read: {error}") from error

@@ -75,7 +75,7 @@ PREEMPTION_LEDGER = text(
     """
     SELECT v.tenant AS victim_tenant, v.tier AS victim_tier,
            p.tenant AS by_tenant, p.tier AS by_tier,
-           COUNT(*) AS evictions,
+           COUNT(*) FILTER (WHERE e.kind = 'preempted') AS evictions,
            SUM(COALESCE(CAST(e.details->>'lost_device_h' AS double precision), 0))
                AS lost_device_hours
     FROM events e JOIN jobs v ON v.id = e.job_id
@@ -85,7 +85,8 @@ PREEMPTION_LEDGER = text(
           AND j.name = split_part(e.details->>'for', '/', 2)
         ORDER BY j.id DESC LIMIT 1
     ) p ON true
-    WHERE e.kind = 'preempted' AND e.at >= :since AND e.at < :until
+    WHERE (e.kind = 'preempted' OR (e.kind = 'released' AND e.details->>'for' IS NOT NULL))
+      AND e.at >= :since AND e.at < :until
     GROUP BY 1, 2, 3, 4
     ORDER BY 1, 2, 3, 4
     """

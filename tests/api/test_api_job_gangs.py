@@ -8,11 +8,13 @@ from typing import Any
 
 import httpx
 from api_scenario import T0, VIEWER_A, bearer, decide, job
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from test_api_openapi import schema
 
-from gangq.queue.kube import scale
-from gangq.queue.store import jobs
+from gangq.queue.kube import objects, scale
+from gangq.queue.store import jobs, timestamps
+from gangq.queue.store.models import JobRow
 
 
 async def detail(api: httpx.AsyncClient, path: str) -> dict[str, Any]:
@@ -103,3 +105,30 @@ async def test_a_name_no_entry_can_have_is_refused_with_the_reason(api: httpx.As
         assert response.status_code == 422, name
         [problem] = response.json()["detail"]
         assert problem["loc"] == ["path", "name"]
+
+
+async def test_a_victim_asked_for_a_checkpoint_says_until_when_it_runs(
+    api: httpx.AsyncClient, session_factory: async_sessionmaker[AsyncSession]
+) -> None:
+    async with session_factory() as session, session.begin():
+        await session.execute(
+            update(JobRow)
+            .where(JobRow.namespace == "team-a", JobRow.name == "a-small")
+            .values(
+                evicting=True,
+                evicted_for="team-b/b-urgent",
+                checkpoint_requested_at=timestamps.to_datetime(T0 + 30),
+                evict_by=timestamps.to_datetime(T0 + 150),
+            )
+        )
+    asked = (await detail(api, "/v1/jobs/team-a/a-small"))["job"]
+    requested, deadline = objects.rfc3339(T0 + 30), objects.rfc3339(T0 + 150)
+    assert asked["evicting"] and asked["phase"] == "Admitted"
+    assert asked["checkpointRequestedAt"] is not None and asked["evictBy"] is not None
+    assert asked["reason"] == {
+        "code": "preemption",
+        "message": f"checkpoint requested at {requested} for a job of another tenant, "
+        f"evicting by {deadline}",
+    }
+    listed = (await api.get("/v1/jobs", headers=bearer(VIEWER_A))).json()["items"]
+    assert [j["reason"] for j in listed if j["name"] == "a-small"] == [asked["reason"]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from gangq.queue.kube import client as client_module
 from gangq.queue.kube.client import Kube, KubeError
 from gangq.queue.kubesim import kinds
 from gangq.queue.kubesim.emulator import Emulator
+from gangq.queue.store import spec as stored_spec
 from tests.controller.conftest import CRD, SMALL, settings, training_job, wait_for
 
 
@@ -417,6 +419,10 @@ async def test_the_inventory_rebuilds_only_the_parts_whose_kind_changed(
         ),
         ({"capacity": {"requests": {}}}, "spec.capacity.requests: Dictionary should have at least"),
         ({"restartSeconds": -1}, "spec.restartSeconds: Input should be greater than or equal to 0"),
+        (
+            {"preemption": {"checkpointGraceSeconds": 3601}},
+            "spec.preemption.checkpointGraceSeconds: Input should be less than or equal to 3600",
+        ),
     ],
     ids=[
         "zero-replicas",
@@ -427,6 +433,7 @@ async def test_the_inventory_rebuilds_only_the_parts_whose_kind_changed(
         "bad-capacity-name",
         "empty-requests",
         "negative-restart",
+        "long-checkpoint-grace",
     ],
 )
 def test_converter_names_the_field_that_is_wrong(spec: dict[str, object], message: str) -> None:
@@ -450,6 +457,11 @@ def test_converter_builds_the_queue_entry() -> None:
     job["spec"].update(restartSeconds=900, checkpointIntervalSeconds=1800)
     restarting = trainingjob.pending_job(job, tenant="ml-train")
     assert (restarting.restart_s, restarting.checkpoint_interval_s) == (900.0, 1800.0)
+    assert restarting.checkpoint_grace_s is None
+    job["spec"]["preemption"] = {"checkpointGraceSeconds": 120}
+    asked_first = trainingjob.pending_job(job, tenant="ml-train")
+    assert asked_first.checkpoint_grace_s == 120.0
+    assert stored_spec.parse(json.dumps(stored_spec.encode(asked_first))).checkpoint_grace_s == 120
     job["spec"]["capacity"] = {"requests": {"memory": "10Gi", "gpu.nvidia.com/cores": 2}}
     shared = trainingjob.pending_job(job, tenant="ml-train")
     assert shared.capacity_requests == (

@@ -500,3 +500,53 @@ def test_scale_plan(
         wanted, base=_record("ns/j", 2), extensions=[_record(k, n) for k, n in extensions]
     )
     assert (plan.first, plan.add, tuple(r.key for r in plan.drop), plan.shrink_to) == expected
+
+
+ASKED = {"checkpoint_requested_at_s": 50.5, "evict_by_s": 170.5, "started_at_s": 10.0}
+
+
+@pytest.mark.parametrize(
+    ("running", "context", "action", "lost"),
+    [
+        pytest.param(True, _context(**ASKED), lifecycle.Action.REQUEST_CHECKPOINT, None, id="ask"),
+        pytest.param(
+            True,
+            _context(**ASKED, last_checkpoint_at_s=40.0),
+            lifecycle.Action.REQUEST_CHECKPOINT,
+            None,
+            id="older-checkpoint-asks",
+        ),
+        # a report stamped in the request's second answers it (pods read whole seconds)
+        pytest.param(
+            True,
+            _context(**ASKED, last_checkpoint_at_s=50.0),
+            lifecycle.Action.TEARDOWN,
+            4 * 50.0,
+            id="answered",
+        ),
+        pytest.param(
+            True,
+            _context(**{**ASKED, "now": 171.0}, last_checkpoint_at_s=40.0),
+            lifecycle.Action.TEARDOWN,
+            4 * 131.0,
+            id="grace-over",
+        ),
+        pytest.param(
+            False,
+            _context(**{**ASKED, "started_at_s": None}),
+            lifecycle.Action.TEARDOWN,
+            0.0,
+            id="never-started",
+        ),
+        pytest.param(True, _context(), lifecycle.Action.TEARDOWN, None, id="not-cooperative"),
+    ],
+)
+def test_a_victim_asked_for_a_checkpoint_runs_until_it_answers_or_its_grace_ends(
+    running: bool, context: lifecycle.Context, action: lifecycle.Action, lost: float | None
+) -> None:
+    gang = _gang(pods={0: _pod(0), 1: _pod(1)}, running=running, evicting=True)
+    verdict = lifecycle.assess(gang, context)
+    assert verdict.action is action
+    assert verdict.lost_device_s == lost
+    if action is lifecycle.Action.TEARDOWN:
+        assert verdict.ending is lifecycle.Ending.PREEMPTED

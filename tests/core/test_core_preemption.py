@@ -360,3 +360,29 @@ def test_search_budget_defers_later_preemptors_to_the_next_cycle() -> None:
     assert result.pending[JobKey("team-a/b")].code is ReasonCode.CAPACITY
     roomy = cycle.run_cycle(snapshot=snapshot, policy=ALWAYS_PAYS, now=NOW, matcher=DeviceMatcher())
     assert [p.job for p in roomy.preemptions] == [JobKey("team-a/a"), JobKey("team-a/b")]
+
+
+def test_a_gang_asked_for_a_checkpoint_is_leaving_until_its_grace_ends() -> None:
+    """A victim asked for a checkpoint first keeps its devices until it is evicted: it is not
+    chosen again, nobody is placed on its devices, and a reservation behind it starts no
+    earlier than its grace ends (it may be evicted only then)."""
+    asked = dataclasses.replace(
+        builders.gang("asked", [("node-0", range(8))], tier="training", evicting=True),
+        evicting_by=NOW + 120,
+    )
+    other = builders.gang("other", [("node-1", range(8))], tier="training", started_at=NOW - 3540)
+    prod = builders.job("serve", tier="prod-inference", per_replica=8)
+    result = _cycle(prod, asked, other, nodes=2)
+    assert result.preemptions == (Preemption(job=JobKey("team-a/serve"), victims=()),)
+    assert result.admissions == ()
+
+    big = builders.job("big", replicas=2, per_replica=8)
+    tiny = builders.job("tiny", tier="small", max_runtime_s=100.0)
+    snapshot = Snapshot(
+        inventory=builders.cluster(2), quotas=QUOTAS, running=(asked, other), pending=(big, tiny)
+    )
+    result = cycle.run_cycle(
+        snapshot=snapshot, policy=ALWAYS_PAYS, now=NOW, matcher=DeviceMatcher()
+    )
+    assert result.admissions == ()
+    assert [(r.job, r.start_at) for r in result.reservations] == [(JobKey("team-a/big"), NOW + 120)]

@@ -53,6 +53,34 @@ def test_a_resumed_gang_runs_only_what_its_checkpoint_did_not_save() -> None:
     assert outcome.records["ci/s"].finished_at == 330 + 300 + 900
 
 
+@pytest.mark.parametrize(
+    ("fields", "gone_at", "progress_s"),
+    [
+        # asked at 400, it saves for 60 s and answers; its pods are gone 30 s later
+        pytest.param(
+            {"checkpointInterval": 600, "checkpointGraceSeconds": 120}, 490, 400, id="answers"
+        ),
+        # it never checkpoints: it runs out its 120 s grace and loses the whole run
+        pytest.param({"checkpointGraceSeconds": 120}, 550, 0, id="silent"),
+        # not asked: evicted at once, its last periodic checkpoint was at 0
+        pytest.param({"checkpointInterval": 600}, 430, 0, id="not-asked"),
+    ],
+)
+def test_a_victim_asked_first_loses_only_the_save_when_it_answers(
+    fields: dict[str, Any], gone_at: float, progress_s: float
+) -> None:
+    jobs = [
+        _job("ci/s", 0, "small", devicesPerReplica=8, runtime=5000, **fields),
+        _job("prod/p", 400, "prod-inference", devicesPerReplica=8),
+    ]
+    outcome = _simulate(jobs, horizon=1000)
+    asked = outcome.records["ci/s"]
+    assert asked.evictions == 1
+    assert outcome.records["prod/p"].first_started_at == gone_at
+    assert asked.progress_s == progress_s
+    assert asked.lost_device_s == 8 * (gone_at - progress_s)
+
+
 def test_predictions_come_from_the_finished_runs_of_the_same_family() -> None:
     jobs = [
         _job("ci/eval-1", 0, "small", runtime=100, maxRuntime=900, family="eval"),

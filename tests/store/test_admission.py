@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core import model
 from gangq.queue.core.cel import DeviceMatcher
-from gangq.queue.store import admission, database, jobs, leader, snapshot, tenants
+from gangq.queue.store import admission, database, jobs, leader, snapshot, tenants, usage
 from gangq.queue.store.errors import NotLeaderError, StoreError
 
 from .samples import (
@@ -478,3 +478,63 @@ async def test_a_never_fit_job_is_counted_apart_from_the_pending_ones(
     assert (summary.pending, summary.admitted, summary.unschedulable) == (1, 1, 1)
     assert summary.oldest_wait_s == 30.0
     assert never is not None and never.job.phase == "Queued" and never.job.position is None
+
+
+async def test_a_victim_asked_first_stores_the_request_and_counts_its_loss_at_eviction(
+    database_url: str, session_factory: Sessions
+) -> None:
+    """The request and its deadline are committed with the decision (a new leader continues
+    the wait), the core sees the gang leaving by the deadline, and the work lost is counted
+    only at the eviction: on the job (against evicting it again) and in the ledger, once."""
+    small = dataclasses.replace(
+        job("ml-train/small", tier="small", devices_per_replica=8), checkpoint_grace_s=120.0
+    )
+    await _setup(session_factory, small)
+    async with session_factory() as session, session.begin():
+        await hold(
+            session, small.key, placement("node-0", *range(8)), at=T0 - 3600, phase="Running"
+        )
+        await tenants.upsert_tenant(
+            session,
+            "serving",
+            (quota("serving", nominal=8, allowed_tiers=()),),
+            actor="admin",
+            now=T0,
+        )
+        serving = job("serving/llm", tenant="serving", tier="prod-inference", devices_per_replica=8)
+        await jobs.enqueue(session, [serving], actor="test", now=T0)
+    leadership, epoch = await _epoch(database_url)
+    try:
+        result = await _cycle(session_factory, epoch, nodes=1)
+        await _cycle(session_factory, epoch, nodes=1, now=T0 + 20)
+    finally:
+        await leadership.release()
+    assert [v.job for p in result.preemptions for v in p.victims] == [small.key]
+    async with session_factory() as session:
+        asked = await jobs.get_job(session, small.key)
+        loaded = await snapshot.load(session, inventory(1), now=T0 + 30)
+    assert asked is not None and asked.job.is_evicting
+    assert (asked.job.checkpoint_requested_at, asked.job.evict_by) == (T0 + 10, T0 + 130)
+    assert asked.job.evicted_for == "serving/llm"
+    (leaving,) = loaded.snapshot.running
+    assert (leaving.evicting_by, leaving.lost_before_device_s) == (T0 + 130, 0.0)
+    (preempted,) = [e for e in asked.history if e.kind == "preempted"]
+    assert preempted.details == {"for": "serving/llm", "checkpoint_grace_s": 120.0}
+    async with session_factory() as session, session.begin():
+        await jobs.requeue(
+            session,
+            small.key,
+            at=T0 + 60,
+            actor="test",
+            reason="evicted",
+            preempted=True,
+            lost_device_s=8 * 45.0,
+        )
+    async with session_factory() as session:
+        requeued = await jobs.get_job(session, small.key)
+        ledger = await usage.preemption_ledger(session, since=T0, until=T0 + 100)
+    assert requeued is not None and not requeued.job.is_evicting
+    assert (requeued.job.checkpoint_requested_at, requeued.job.evict_by) == (None, None)
+    assert [(row.by_tenant, row.evictions, row.lost_device_hours) for row in ledger] == [
+        ("serving", 1, 8 * 45.0 / 3600)
+    ]
