@@ -11,7 +11,7 @@ not a time is ignored and reported once as a Warning event on the job; it never 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -54,7 +54,7 @@ def _interval(spec: dict[str, Any]) -> int | None:
     return value
 
 
-def reported(job: dict[str, Any], *, now: float) -> tuple[checkpoints.Reported, str | None]:
+def reported(job: Mapping[str, Any], *, now: float) -> tuple[checkpoints.Reported, str | None]:
     """What the job states about its run, and why its checkpoint annotation was ignored."""
     meta = job.get("metadata") or {}
     family = (meta.get("labels") or {}).get(prediction.FAMILY_LABEL) or None

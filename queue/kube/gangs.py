@@ -198,10 +198,13 @@ class Gangs:
             self.deadlines[held.row.uid] = admitted + timeout
         else:
             self.deadlines.pop(held.row.uid, None)
-        reported = None
-        if held.gang.job is not None:
-            reported = checkpoints.reported(dict(held.gang.job), now=now)[0].last_checkpoint_at
+        requested = timestamps.optional_unix(held.row.checkpoint_requested_at)
         stored = timestamps.optional_unix(held.row.last_checkpoint_at)
+        # Only a checkpoint request reads the annotation itself: the stored report may lag the
+        # answer by a step, and no other verdict looks at the last checkpoint.
+        reported = None
+        if requested is not None and held.gang.job is not None:
+            reported = checkpoints.reported(held.gang.job, now=now)[0].last_checkpoint_at
         return lifecycle.Context(
             now=now,
             long_running=bool(tier and tier.long_running),
@@ -214,7 +217,7 @@ class Gangs:
             is_scaled_away=held.row.uid in self.scaled_away,
             started_at_s=timestamps.optional_unix(held.row.started_at),
             max_runtime_s=None if spec is None else spec.max_runtime_seconds,
-            checkpoint_requested_at_s=timestamps.optional_unix(held.row.checkpoint_requested_at),
+            checkpoint_requested_at_s=requested,
             evict_by_s=evict_by,
             last_checkpoint_at_s=max(
                 (at for at in (reported, stored) if at is not None), default=None
