@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from gangq.queue.core import backfill, explain, placement, preemption
 from gangq.queue.core.device import DeviceId
@@ -224,10 +224,14 @@ def weigh(
     now = state.now
     cost = sum(v.eviction_cost_device_s(now) for v in victims)
     factor = state.policy.preemption_cost_factor
-    start = _expected_start(shape, state=state, excluded=excluded, held_room=held_room)
-    wait = None if start is None else start - now
+
+    def expected_wait() -> float | None:
+        start = _expected_start(shape, state=state, excluded=excluded, held_room=held_room)
+        return None if start is None else start - now
+
     if any(preemption.is_reclaim(v, rights=rights, tiers=state.tiers, now=now) for v in victims):
-        return _weigh_reclaim(job, victims, cost=cost, wait=wait, state=state)
+        return _weigh_reclaim(job, victims, cost=cost, expected_wait=expected_wait, state=state)
+    wait = expected_wait()
     if wait is None or math.isinf(factor) or cost <= factor * job.device_count * wait:
         return None
     return explain.preemption_does_not_pay(
@@ -240,7 +244,7 @@ def _weigh_reclaim(
     victims: tuple[RunningJob, ...],
     *,
     cost: float,
-    wait: float | None,
+    expected_wait: Callable[[], float | None],
     state: CycleState,
 ) -> explain.PendingReason | None:
     """The ski-rental rule of `weigh` for a reclaim. While it waits, the reason says when
@@ -248,7 +252,8 @@ def _weigh_reclaim(
     the cost grows with the unsaved work of victims that declare no checkpoint interval
     (never, if that grows as fast) and falls back at each checkpoint of the others, so the
     earliest is when the wait covers their cost without that work, or their next
-    checkpoint. The cycle at that time weighs again."""
+    checkpoint. The cycle at that time weighs again. The predicted wait only informs that
+    reason, so a reclaim that evicts never searches for it."""
     factor, now = state.policy.preemption_cost_factor, state.now
     kept, rate = state.owed.kept_device_s(job, now=now)
     if math.isinf(factor) or cost <= factor * kept:
@@ -268,7 +273,7 @@ def _weigh_reclaim(
         kept_device_h=kept / 3600.0,
         cost_device_h=cost / 3600.0,
         evict_in_s=evict_in,
-        free_in_s=wait,
+        free_in_s=expected_wait(),
     )
 
 
