@@ -355,6 +355,8 @@ class Victim:
     reason: str
     lost_device_s: float = 0.0
     """Work the eviction destroys (devices x time since the last checkpoint), for the ledger."""
+    reclaim: bool = False
+    """It goes only because the preemptor's tenant takes back nominal quota, not by tier."""
 
 
 @dataclass(frozen=True, slots=True)

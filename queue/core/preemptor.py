@@ -80,7 +80,12 @@ def try_preempt(
         Preemption(
             job=job.key,
             victims=tuple(
-                Victim(v.key, r or "", lost_device_s=v.lost_work_device_s(now))
+                Victim(
+                    v.key,
+                    r or "",
+                    lost_device_s=v.lost_work_device_s(now),
+                    reclaim=preemption.is_reclaim(v, rights=rights, tiers=tiers, now=now),
+                )
                 for v, r in zip(victims, reasons, strict=True)
             ),
         )

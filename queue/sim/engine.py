@@ -148,7 +148,7 @@ class Simulation:
             self._end_eviction(record, now=event.time)
             return True
         if event.kind is EventKind.FINISH and record.started_at is not None:
-            self.outcome.device_seconds_lost += record.held_devices * record.restart_s
+            self._lose(record.held_devices * record.restart_s, cause=record.evicted_for)
             self._learn(record, now=event.time)
             self._release(record)
             record.finished_at = event.time
@@ -319,11 +319,14 @@ class Simulation:
         """Rule 6: whole gangs go, after their grace period; one that opted in is asked for a
         checkpoint first and its pods are deleted once it answers or its grace ends."""
         for preemption in result.preemptions:
+            tier = self.records[preemption.job].job.tier
             for victim in preemption.victims:
                 record = self.records.get(victim.job)
                 if record is None or record.held_since is None or record.evicting_since is not None:
                     raise SimulationError(f"{victim.job}: chosen as a victim but not running")
+                cause = f"reclaim by {tier}" if victim.reclaim else f"{tier} > {record.job.tier}"
                 record.evicting_since = now
+                record.evicting_for = cause
                 record.evictions += 1
                 self.outcome.evictions += 1
                 asked_s = self._ask_for_checkpoint(record, now=now)
@@ -331,6 +334,14 @@ class Simulation:
                     now + asked_s + EVICTION_GRACE_S, EventKind.EVICTED, victim.job, record.attempt
                 )
                 heapq.heappush(self.events, event)
+
+    def _lose(self, device_s: float, *, cause: str | None) -> None:
+        """Count destroyed work, by the eviction that destroyed it (`Outcome.lost_by_cause`)."""
+        if device_s <= 0.0:
+            return
+        self.outcome.device_seconds_lost += device_s
+        key = cause or "unknown"
+        self.outcome.lost_by_cause[key] = self.outcome.lost_by_cause.get(key, 0.0) + device_s
 
     def _ask_for_checkpoint(self, record: JobRecord, *, now: float) -> float:
         """How long a victim keeps running after the request: a job that checkpoints answers
@@ -358,7 +369,10 @@ class Simulation:
             record.progress_s += saved
             lost = record.held_devices * (ran - saved)
             record.lost_device_s += lost
-            self.outcome.device_seconds_lost += lost
+            restarting = record.held_devices * min(record.restart_s, ran - saved)
+            self._lose(restarting, cause=record.evicted_for)
+            self._lose(lost - restarting, cause=record.evicting_for)
+        record.evicted_for = record.evicting_for
         self._release(record)
         record.restart_s = record.job.restart_s
         record.attempt += 1
@@ -494,7 +508,7 @@ class Simulation:
         for record in self.holding.values():
             if record.started_at is not None:
                 spent = min(record.restart_s, horizon - record.started_at)
-                self.outcome.device_seconds_lost += record.held_devices * spent
+                self._lose(record.held_devices * spent, cause=record.evicted_for)
         for record in self.waiting.values():
             if record.pending_since is not None:
                 record.waited_s += horizon - record.pending_since

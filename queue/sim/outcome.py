@@ -51,6 +51,11 @@ class JobRecord:
     lost_device_s: float = 0.0
     """Device-seconds of work its evictions destroyed so far (the store keeps the same per
     job): the core counts them against evicting it again (rule 6)."""
+    evicting_for: str | None = None
+    """Why it is being evicted now (`Outcome.lost_by_cause`'s key)."""
+    evicted_for: str | None = None
+    """Why its last eviction happened (`Outcome.lost_by_cause`'s key): its restart is lost
+    work of that cause too."""
     predicted_end: float | None = None
     """When the current attempt is predicted to end (from the runs finished before it)."""
     predicted_run_s: float | None = None
@@ -148,6 +153,10 @@ class Outcome:
     evictions: int = 0
     device_seconds_lost: float = 0.0
     """Device-time of evicted gangs' work since their last checkpoint (they resume from it)."""
+    lost_by_cause: dict[str, float] = field(default_factory=dict)
+    """`device_seconds_lost` split by why the victims went: "PREEMPTOR_TIER > VICTIM_TIER"
+    for an eviction by tier, "reclaim by PREEMPTOR_TIER" for a reclaim of nominal quota; the
+    restart of a re-admitted victim counts with its eviction."""
     slips: dict[str, list[float]] = field(default_factory=dict)
     """Seconds each reservation moved later, by cause: `outlived` (a gang it waited on ran
     past its prediction) or `arrival` (a higher-ordered job took the devices first)."""

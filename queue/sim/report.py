@@ -221,6 +221,12 @@ def summarize(outcome: Outcome) -> dict[str, Any]:
         "deadlocks": outcome.deadlocks,
         "preemptions": outcome.evictions,
         "device_hours_lost": outcome.device_seconds_lost / HOUR,
+        "device_hours_lost_by_cause": {
+            cause: seconds / HOUR
+            for cause, seconds in sorted(
+                outcome.lost_by_cause.items(), key=lambda item: (-item[1], item[0])
+            )
+        },
         "lost_fraction": outcome.device_seconds_lost / (capacity * trace.horizon_s),
         "fairness": fairness(outcome),
         "prediction_error": _prediction_error(outcome),
@@ -289,6 +295,10 @@ def _rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("deadlocks (gangs blocking each other)", str(summary["deadlocks"])),
         ("preemptions (gangs evicted)", str(summary["preemptions"])),
         ("device-hours lost to preemption", f"{summary['device_hours_lost']:.1f}"),
+        *(
+            (f"device-hours lost: {cause}", f"{hours:.1f}")
+            for cause, hours in summary["device_hours_lost_by_cause"].items()
+        ),
         ("lost fraction (lost / capacity)", _percent(summary["lost_fraction"])),
         ("fairness (Jain, tenants' share ratios)", _ratio(summary["fairness"]["jain"])),
         ("prediction error (median |p - a| / a)", _percent(summary["prediction_error"])),

@@ -53,6 +53,55 @@ def test_a_resumed_gang_runs_only_what_its_checkpoint_did_not_save() -> None:
     assert outcome.records["ci/s"].finished_at == 330 + 300 + 900
 
 
+def test_lost_work_is_split_by_why_its_victims_went() -> None:
+    """The resumed gang of the test above: 8 x 30 s lost to prod's eviction by tier, and its
+    300 s restart after it counts with that eviction; the split adds up to the total."""
+    jobs = [
+        _job("ci/s", 0, "small", devicesPerReplica=8, runtime=1000, checkpointInterval=50),
+        _job("prod/p", 100, "prod-inference", devicesPerReplica=8, runtime=200),
+    ]
+    summary = report.summarize(_simulate(jobs, horizon=2000))
+    assert summary["device_hours_lost_by_cause"] == {
+        "prod-inference > small": pytest.approx(8 * (30 + 300) / 3600)
+    }
+    assert summary["device_hours_lost"] == pytest.approx(8 * (30 + 300) / 3600)
+    assert "device-hours lost: prod-inference > small" in report.table({"gangq": summary})
+
+
+def test_lost_work_of_a_reclaim_is_named_by_the_reclaimer_tier() -> None:
+    """Tenant b borrows the whole node from tenant a (nominal 4 each), and a's job reclaims
+    its nominal half once its wait has cost what evicting b costs (ski rental: at b's
+    checkpoint at 1,200 s, when a has been kept 4 x 1,180 device-s from its quota)."""
+    replayed = trace.from_document(
+        {
+            "horizon": 4000,
+            "cluster": {"nodes": 1, "racks": 1},
+            "tenants": [
+                {"name": "a", "nominal": 4, "borrowingLimit": 4},
+                {"name": "b", "nominal": 4, "borrowingLimit": 4},
+            ],
+            "jobs": [
+                _job(
+                    "b/long",
+                    0,
+                    "training",
+                    devicesPerReplica=8,
+                    runtime=3000,
+                    checkpointInterval=600,
+                ),
+                _job("a/mine", 20, "training", devicesPerReplica=4, runtime=100),
+            ],
+        }
+    )
+    outcome = engine.simulate(replayed, policy.create("gangq", device_class="gpu.nvidia.com"))
+    summary = report.summarize(outcome)
+    assert summary["preemptions"] == 1
+    assert list(summary["device_hours_lost_by_cause"]) == ["reclaim by training"]
+    assert sum(summary["device_hours_lost_by_cause"].values()) == pytest.approx(
+        summary["device_hours_lost"]
+    )
+
+
 @pytest.mark.parametrize(
     ("fields", "gone_at", "progress_s"),
     [
