@@ -85,7 +85,8 @@ def start_size(
     """The size an elastic job is decided at this cycle, by these rules in order:
 
     1. the largest size from `replicas` down to `min_replicas` that `fits` now; when none
-       fits, the minimum (it waits, and a backfill reservation is made for that size);
+       fits, the minimum (it waits as a gang of that size: what it may evict, or its backfill
+       reservation when it heads its tier, is for that size);
     2. when that is the maximum, the maximum;
     3. a job that never ends by itself (long-running tier), or whose runtime is known neither
        by prediction nor by `max_runtime_s`, starts at the largest size that fits;
