@@ -87,6 +87,16 @@ class JobOut(Schema):
     tier: str
     priority: int
     replicas: int
+    min_replicas: int = Field(
+        description="the least the job runs at: spec.elastic.minReplicas of an elastic job "
+        "(PRODUCT rule 13), else replicas"
+    )
+    max_replicas: int = Field(description="the most the job runs at: replicas")
+    size: int | None = Field(
+        default=None,
+        description="replicas its latest admission placed, between minReplicas and "
+        "maxReplicas; kept once the job ends, null while it is queued",
+    )
     devices_per_replica: int
     device_class_name: str
     phase: str
@@ -150,6 +160,9 @@ class JobOut(Schema):
             tier=record.tier,
             priority=record.priority,
             replicas=record.replicas,
+            min_replicas=record.replicas if record.min_replicas is None else record.min_replicas,
+            max_replicas=record.replicas,
+            size=record.size,
             devices_per_replica=record.devices_per_replica,
             device_class_name=record.device_class,
             phase=record.phase,

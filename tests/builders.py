@@ -125,6 +125,8 @@ def job(
     max_runtime_s: float | None = 3600.0,
     pod: PodRequirements = NO_POD,
     device_class: str = GPU,
+    predicted_runtime_s: float | None = None,
+    min_replicas: int | None = None,
 ) -> PendingJob:
     return PendingJob(
         key=JobKey(f"{tenant}/{name}"),
@@ -141,6 +143,8 @@ def job(
         pod=pod,
         submitted_at=submitted_at,
         max_runtime_s=max_runtime_s,
+        predicted_runtime_s=predicted_runtime_s,
+        min_replicas=min_replicas,
     )
 
 

@@ -60,6 +60,7 @@ async function detail(namespace, name) {
       ...pair("Tenant / tier", `${job.tenant} / ${job.tier} (priority ${job.priority})`),
       ...pair("Gang", `${job.replicas} replicas × ${job.devicesPerReplica} ${job.deviceClassName}` +
         (added ? ` (+ ${added} in scale-up gangs)` : "")),
+      ...pair("Size", size(job)),
       ...pair("Why it waits", job.reason ? job.reason.message : "—"),
       ...pair("Queue position", job.queuePosition ?? "—"),
       ...pair("Reserved start", job.reservedStartAt
@@ -84,7 +85,7 @@ async function detail(namespace, name) {
         when(g.admittedAt), when(g.finishedAt), g.reason ? g.reason.message : ""])));
   }
   root.append(el("h2", {}, "Logs"));
-  const last = Math.max(first + job.replicas,
+  const last = Math.max(first + (job.size ?? job.replicas),
     ...live.map((g) => g.job.scaleUp.firstReplica + g.job.replicas));
   const replicas = [...Array(Math.max(last - first, 1)).keys()].map((i) => first + i);
   root.append(el("pre", { "aria-label": "Commands for the logs of its pods" },
@@ -108,6 +109,14 @@ async function detail(namespace, name) {
 }
 
 const FINISHED = ["Succeeded", "Failed"];
+
+// The replicas its latest admission placed of the most it runs at, and an elastic job's range
+// (PRODUCT rule 13): the same words as `gangq job`.
+function size(job) {
+  const placed = job.size == null ? "—" : `${job.size}/${job.maxReplicas} replicas`;
+  return job.minReplicas < job.maxReplicas
+    ? `${placed} (elastic, ${job.minReplicas} to ${job.maxReplicas})` : placed;
+}
 
 function replicaRange(job) {
   const first = job.scaleUp ? job.scaleUp.firstReplica : 0;

@@ -158,6 +158,15 @@ def _lost_work(prediction: dict[str, Any]) -> str:
     return text + ")"
 
 
+def _size(job: dict[str, Any]) -> str:
+    """The replicas its latest admission placed of the most it runs at, and the range of an
+    elastic job (rule 13)."""
+    size = "-" if job["size"] is None else f"{job['size']}/{job['maxReplicas']} replicas"
+    if job["minReplicas"] < job["maxReplicas"]:
+        size += f" (elastic, {job['minReplicas']} to {job['maxReplicas']})"
+    return size
+
+
 def show_jobs(args: argparse.Namespace) -> int:
     query = _query(
         tenant=args.tenant, tier=args.tier, phase=args.phase, limit=args.limit, offset=args.offset
@@ -203,6 +212,7 @@ def show_job(args: argparse.Namespace) -> int:
         ("Tenant", job["tenant"]),
         ("Tier", f"{job['tier']} (priority {job['priority']})"),
         ("Gang", f"{job['replicas']} x {job['devicesPerReplica']} {job['deviceClassName']}"),
+        ("Size", _size(job)),
         ("Phase", job["phase"] + position),
         ("Reason", why),
         ("ETA", _eta(job)),

@@ -19,6 +19,7 @@ import math
 
 from gangq.queue.core import (
     backfill,
+    elastic,
     explain,
     feasibility,
     ordering,
@@ -68,7 +69,7 @@ def run_cycle(
                 job, policy=policy, inventory=snapshot.inventory, matcher=matcher
             )
         if problem is None:
-            problem = never_fit.judge(job)
+            problem = never_fit.judge(elastic.smallest(job))
         if problem is None:
             valid.append(job)
         else:
@@ -150,17 +151,79 @@ def _merged(mask: Mask, *, state: CycleState) -> tuple[frozenset[DeviceId], dict
 
 
 def _decide(job: PendingJob, *, state: CycleState) -> None:
-    """Phase 2 and 3 for one job: quota, placement, then why it is blocked."""
+    """Phase 2 and 3 for one job: an elastic job's size first (module `elastic`: the gang
+    it is decided as, all-or-nothing like any other), then quota, placement, and why it
+    is blocked."""
+    if not job.is_elastic:
+        _decide_gang(job, state=state)
+        return
+    choice = elastic.start_size(
+        job,
+        fits=lambda size: _fits_now(elastic.at_size(job, size), state=state),
+        full_start=lambda: _full_start(job, state=state),
+        long_running=state.tiers[job.tier].long_running,
+        now=state.now,
+    )
+    _decide_gang(elastic.at_size(job, choice.size), state=state)
+    waiting = choice.waiting
+    if waiting is not None and job.key in state.pending:
+        state.pending[job.key] = explain.waits_for_all_replicas(
+            state.pending[job.key],
+            replicas=job.replicas,
+            size=waiting.size,
+            full_end_in_s=waiting.full_end_at - state.now,
+            small_end_in_s=waiting.small_end_at - state.now,
+        )
+
+
+def _may_reclaim(job: PendingJob, *, state: CycleState) -> bool:
+    """The tenant stays within nominal with the job: it may reclaim (rule 6)."""
+    return state.book.is_within_nominal(job.tenant, job.device_class, job.equivalent_milli)
+
+
+def _fence(job: PendingJob, *, may_reclaim: bool, state: CycleState) -> Tenant | None:
+    """A borrower's tenant while other tenants are owed devices (module `owed`), else None."""
+    if may_reclaim or not state.owed.to_others(job.tenant, job.device_class):
+        return None
+    return job.tenant
+
+
+def _fits_now(job: PendingJob, *, state: CycleState) -> bool:
+    """The job would be admitted now without evicting anyone: its tenant may take it (rule
+    3), a borrower leaves what others are owed, and a placement leaves alone the backfill
+    holds it must respect."""
+    if state.book.refusal(job) is not None:
+        return False
+    fence = _fence(job, may_reclaim=_may_reclaim(job, state=state), state=state)
+    if fence is not None and not _leaves_owed(job, state=state):
+        return False
+    outcome = _place(placement.Shape.of(job), _holds_for(job, state=state), fence, state=state)
+    return isinstance(outcome, list)
+
+
+def _full_start(job: PendingJob, *, state: CycleState) -> float | None:
+    """When the job's full gang is predicted to fit without evictions, leaving alone what its
+    backfill reservation would; None when that is unknown: it never fits, or its quota does
+    not allow it now (reservations plan on devices, not on quota)."""
+    shape = placement.Shape.of(job)
+    if state.book.refusal(job) is not None or not state.is_possible(shape):
+        return None
+    mask = _holds_for(job, state=state)
+    fence = _fence(job, may_reclaim=_may_reclaim(job, state=state), state=state)
+    excluded, held_room = _fenced(mask, fence, device_class=job.device_class, state=state)
+    return state.expected_start(shape, excluded=excluded, held_room=held_room)
+
+
+def _decide_gang(job: PendingJob, *, state: CycleState) -> None:
+    """Quota, placement, then why the gang is blocked (preemption, reservation, reason)."""
     refusal = state.book.refusal(job)
     if refusal is not None:
         state.pending[job.key] = refusal
         return
     shape = placement.Shape.of(job)
-    may_reclaim = state.book.is_within_nominal(job.tenant, job.device_class, job.equivalent_milli)
+    may_reclaim = _may_reclaim(job, state=state)
     mask = _holds_for(job, state=state)
-    fence = None
-    if not may_reclaim and state.owed.to_others(job.tenant, job.device_class):
-        fence = job.tenant
+    fence = _fence(job, may_reclaim=may_reclaim, state=state)
     if fence is not None and _takes_owed(job, shape, mask, state=state):
         return
     eager = state.may_preempt(job)
@@ -229,12 +292,10 @@ def _takes_owed(job: PendingJob, shape: placement.Shape, mask: Mask, *, state: C
     (module `owed`); it may still evict borrowers if that frees enough. True when decided.
     Such a job gets no backfill reservation: it would hold the owed devices against the very
     jobs they are owed to. A refusal is remembered for jobs alike while owed and free stay."""
+    if _leaves_owed(job, state=state):
+        return False
     owed = state.owed.to_others(job.tenant, job.device_class)
     free = state.pool.free_count(job.device_class)
-    if free - job.device_count >= owed:
-        return False
-    if _ends_before_owed(job, owed=owed, free=free, state=state):
-        return False
     eager = state.may_preempt(job)
     memo_key = (shape, mask, job.tier, job.tenant, owed, free, eager)
     known = state.owed_verdicts.get(memo_key)
@@ -251,6 +312,16 @@ def _takes_owed(job: PendingJob, shape: placement.Shape, mask: Mask, *, state: C
     reason = _owed_reason(job, state=state)
     state.pending[job.key] = state.owed_verdicts[memo_key] = reason
     return True
+
+
+def _leaves_owed(job: PendingJob, *, state: CycleState) -> bool:
+    """A borrower leaves as many free devices as other tenants are owed, or ends before
+    they could use them."""
+    owed = state.owed.to_others(job.tenant, job.device_class)
+    free = state.pool.free_count(job.device_class)
+    if free - job.device_count >= owed:
+        return True
+    return _ends_before_owed(job, owed=owed, free=free, state=state)
 
 
 def _ends_before_owed(job: PendingJob, *, owed: int, free: int, state: CycleState) -> bool:

@@ -197,6 +197,26 @@ def with_reserved_start(
     )
 
 
+def waits_for_all_replicas(
+    reason: PendingReason,
+    *,
+    replicas: int,
+    size: int,
+    full_end_in_s: float,
+    small_end_in_s: float,
+) -> PendingReason:
+    """An elastic job that could start smaller now keeps the reason it waits for its full
+    size, and learns why it does not start smaller: all replicas are predicted to end first
+    (rule 13)."""
+    return PendingReason(
+        reason.code,
+        f"{reason.message}; all {replicas} replicas are predicted to end in "
+        f"{approximately(full_end_in_s)}, sooner than {size} started now "
+        f"({approximately(small_end_in_s)})",
+        reason.cause,
+    )
+
+
 def backfill(*, head: str, start_in_s: float, outlived: tuple[str, ...] = ()) -> PendingReason:
     return PendingReason(
         ReasonCode.BACKFILL,

@@ -240,10 +240,19 @@ class PendingJob:
     checkpoint_grace_s: float | None = None
     """`spec.preemption.checkpointGraceSeconds`: an eviction first asks the gang for a
     checkpoint and waits up to this long for it; None: evicted at once."""
+    min_replicas: int | None = None
+    """`spec.elastic.minReplicas` (rule 13), 1 to `replicas`: the job may start as a gang of
+    any size from this to `replicas`, its maximum (module `elastic`); None: only at
+    `replicas`."""
 
     @property
     def device_count(self) -> int:
         return self.replicas * self.devices_per_replica
+
+    @property
+    def is_elastic(self) -> bool:
+        """The job may start smaller than `replicas`."""
+        return self.min_replicas is not None and self.min_replicas < self.replicas
 
     @property
     def waiting_since(self) -> float:

@@ -59,7 +59,9 @@ class OwedDemand:
         self._demand: dict[str, dict[Tenant, int]] = {}
         self._owed: dict[str, dict[Tenant, int]] = {}
         self._total: dict[str, int] = {}
-        self._counted: set[JobKey] = set()
+        self._counted: dict[JobKey, int] = {}
+        """Devices each job counts for in the demand: what settling it takes back (an
+        elastic job may get fewer than it was expected with)."""
         self._jobs: dict[str, list[PendingJob]] = {}
         self._held_for_others: dict[tuple[str, Tenant], Held] = {}
         self._sorted: dict[str, tuple[list[placement.Shape], list[tuple[PendingJob, int]]]] = {}
@@ -75,7 +77,7 @@ class OwedDemand:
                 by_class = self._demand[job.device_class] = {}
                 self._jobs[job.device_class] = []
             by_class[job.tenant] = by_class.get(job.tenant, 0) + job.device_count
-            counted.add(job.key)
+            counted[job.key] = job.device_count
             self._jobs[job.device_class].append(job)
         for device_class, by_tenant in self._demand.items():
             for tenant in by_tenant:
@@ -84,9 +86,9 @@ class OwedDemand:
     def settle(self, job: PendingJob) -> None:
         """The job got its devices (admitted, or held while its victims leave) and its tenant's
         use grew: call after charging the quota ledger."""
-        if job.key in self._counted:
-            self._counted.discard(job.key)
-            self._demand[job.device_class][job.tenant] -= job.device_count
+        counted = self._counted.pop(job.key, None)
+        if counted is not None:
+            self._demand[job.device_class][job.tenant] -= counted
         if job.tenant in self._demand.get(job.device_class, {}):
             self._refresh(job.tenant, job.device_class)
 

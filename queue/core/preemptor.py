@@ -12,7 +12,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterator
 
-from gangq.queue.core import backfill, explain, placement, preemption
+from gangq.queue.core import explain, placement, preemption
 from gangq.queue.core.device import DeviceId
 from gangq.queue.core.model import (
     NodeName,
@@ -231,7 +231,7 @@ def weigh(
     factor = state.policy.preemption_cost_factor
 
     def expected_wait() -> float | None:
-        start = _expected_start(shape, state=state, excluded=excluded, held_room=held_room)
+        start = state.expected_start(shape, excluded=excluded, held_room=held_room)
         return None if start is None else start - now
 
     if any(preemption.is_reclaim(v, rights=rights, tiers=state.tiers, now=now) for v in victims):
@@ -286,30 +286,6 @@ def _next_checkpoint_in(gang: RunningJob, *, now: float) -> float:
     """Seconds until the gang's next checkpoint is due by its interval (0 when overdue)."""
     since = now - max(gang.started_at, gang.last_checkpoint_at or gang.started_at)
     return max((gang.checkpoint_interval_s or 0.0) - since, 0.0)
-
-
-def _expected_start(
-    shape: placement.Shape,
-    *,
-    state: CycleState,
-    excluded: frozenset[DeviceId],
-    held_room: dict[NodeName, Room],
-) -> float | None:
-    """When the shape fits if nobody is evicted: running gangs leave at their predicted ends."""
-    cache_key = (shape, excluded)
-    if cache_key in state.expected_starts:
-        return state.expected_starts[cache_key]
-    found = backfill.earliest_start(
-        shape,
-        pool=state.pool,
-        releases=state.releases(),
-        now=state.now,
-        excluded=excluded,
-        held_room=held_room,
-    )
-    start = None if found is None else found.at
-    state.expected_starts[cache_key] = start
-    return start
 
 
 def _search_plan(

@@ -92,7 +92,8 @@ class CycleState:
     expected_starts: dict[tuple[placement.Shape, frozenset[DeviceId]], float | None] = field(
         default_factory=dict
     )
-    """When a shape fits without evictions, by shape and excluded devices (the pays test)."""
+    """When a shape fits without evictions, by shape and excluded devices (the pays test and
+    the start size of elastic jobs)."""
     unreservable: set[placement.Shape] = field(default_factory=set)
     decide_again_at: float | None = None
     """`CycleResult.decide_again_at`."""
@@ -214,6 +215,30 @@ class CycleState:
                 if gang.is_evicting:
                     self._evicting.setdefault(gang.device_class, []).append(gang)
         return self._evicting.get(device_class, [])
+
+    def expected_start(
+        self,
+        shape: placement.Shape,
+        *,
+        excluded: frozenset[DeviceId],
+        held_room: dict[NodeName, Room],
+    ) -> float | None:
+        """When the shape fits if nobody is evicted: running gangs leave at their predicted
+        ends (the search a backfill reservation makes), None if it never fits."""
+        cache_key = (shape, excluded)
+        if cache_key in self.expected_starts:
+            return self.expected_starts[cache_key]
+        found = backfill.earliest_start(
+            shape,
+            pool=self.pool,
+            releases=self.releases(),
+            now=self.now,
+            excluded=excluded,
+            held_room=held_room,
+        )
+        start = None if found is None else found.at
+        self.expected_starts[cache_key] = start
+        return start
 
     def running_releases(self) -> backfill.Releases:
         """Snapshot gangs by the time they free their devices (built once, sorted lazily)."""

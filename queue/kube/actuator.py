@@ -152,6 +152,7 @@ class Actuator:
                 gated=False,
                 gang=gang.uid,
                 admission=gang.admitted_at,
+                size=gang.size,
             )
             if not await _create(self.kube, resources.PODS, body, urgent=True):
                 return None
@@ -196,6 +197,7 @@ class Actuator:
                 gated=True,
                 gang=gang.uid,
                 admission=gang.admitted_at,
+                size=gang.size,
             )
             if not await _create(self.kube, resources.PODS, body):
                 return None
@@ -263,6 +265,7 @@ class Actuator:
                 gated=False,
                 gang=gang.uid,
                 admission=gang.admitted_at,
+                size=gang.size,
             )
             await _create(self.kube, resources.PODS, body)
 

@@ -55,6 +55,7 @@ def run_of(
         succeeded=verdict.ending is lifecycle.Ending.SUCCEEDED,
         started_at=started,
         ended_at=max(now, started),
+        size=row.size,
     )
 
 

@@ -71,6 +71,13 @@ class Gang:
     stale_pods: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
     """Pods an earlier attempt left (kept for their logs): deleted before this one's start."""
 
+    @property
+    def size(self) -> int:
+        """The replicas the job runs at with this gang: its replicas are the highest numbers
+        below it (a job's own gang 0..size-1, an elastic job's possibly fewer than
+        `spec.replicas`; a scale-up gang the ones up to the job's new count)."""
+        return max((p.replica for p in self.placement), default=-1) + 1
+
 
 @dataclass(frozen=True, slots=True)
 class ReplicaFailure:

@@ -39,6 +39,9 @@ gang on devices a running pod still uses."""
 CHECKPOINT_REQUESTED = "gangq.dev/checkpoint-requested"
 """On each pod of a victim that opted in to be asked first: when gangq asked it for a
 checkpoint (RFC3339). It is evicted once it reports a newer one, or when its grace ends."""
+SIZE = "gangq.dev/size"
+"""On each pod: the replicas the job runs at now (rule 13: an elastic job may start below
+`spec.replicas`), readable in the pod's podinfo volume like every annotation."""
 PODINFO_VOLUME = "gangq-podinfo"
 PODINFO_PATH = "/etc/gangq/podinfo"
 """Where every container of a gangq pod reads its pod's annotations (file `annotations`,
@@ -214,16 +217,23 @@ def allocated_shares(claim_obj: Mapping[str, Any]) -> dict[DeviceId, str]:
     }
 
 
-def _env(job: Mapping[str, Any], replica: int, *, spec: Mapping[str, Any]) -> list[dict[str, str]]:
+def _env(
+    job: Mapping[str, Any], replica: int, *, spec: Mapping[str, Any], size: int
+) -> list[dict[str, str]]:
+    """The env contract of PRODUCT §5: the replica counts are the `size` the job started at;
+    the range an elastic job may run at is `GANGQ_MIN_REPLICAS` to `GANGQ_MAX_REPLICAS`
+    (both `spec.replicas` for any other job)."""
     name = job["metadata"]["name"]
-    replicas = int(spec["replicas"])
+    most = int(spec["replicas"])
     values = {
         "GANGQ_REPLICA_INDEX": replica,
-        "GANGQ_REPLICAS": replicas,
+        "GANGQ_REPLICAS": size,
+        "GANGQ_MIN_REPLICAS": int((spec.get("elastic") or {}).get("minReplicas") or most),
+        "GANGQ_MAX_REPLICAS": most,
         "GANGQ_DEVICES_PER_REPLICA": int(spec["devicesPerReplica"]),
         "MASTER_ADDR": f"{replica_name(name, 0)}.{name}",
         "MASTER_PORT": MASTER_PORT,
-        "WORLD_SIZE": replicas,
+        "WORLD_SIZE": size,
         "NODE_RANK": replica,
     }
     return [{"name": k, "value": str(v)} for k, v in values.items()]
@@ -238,10 +248,12 @@ def pod(
     gated: bool,
     gang: str,
     admission: str,
+    size: int,
 ) -> dict[str, Any]:
     """The replica's pod from the template: pinned to `node` so the scheduler's DRA PostFilter
     can never clear its claim's allocation (issue 6, fact 2), gated until the whole gang is;
-    `admission` names the attempt (pods keep their names across attempts).
+    `admission` names the attempt (pods keep their names across attempts), `size` the
+    replicas the job runs at.
 
     The template is the cached TrainingJob's own: every level this changes is a new object,
     the rest is shared, read-only (the body is only encoded), rather than copied per pod."""
@@ -250,7 +262,11 @@ def pod(
     metadata = _metadata(job, name, replica, gang=gang)
     template_meta = template.get("metadata") or {}
     metadata["labels"] = {**(template_meta.get("labels") or {}), **metadata["labels"]}
-    metadata["annotations"] = {**(template_meta.get("annotations") or {}), ADMISSION: admission}
+    metadata["annotations"] = {
+        **(template_meta.get("annotations") or {}),
+        ADMISSION: admission,
+        SIZE: str(size),
+    }
     pod_spec: dict[str, Any] = dict(template.get("spec") or {})
     pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), HOSTNAME_LABEL: node}
     pod_spec["hostname"] = name
@@ -260,7 +276,7 @@ def pod(
         *(pod_spec.get("resourceClaims") or []),
         {"name": CLAIM_REF, "resourceClaimName": name},
     ]
-    env = _env(job, replica, spec=spec)
+    env = _env(job, replica, spec=spec, size=size)
     containers = []
     for original in pod_spec.get("containers") or []:
         container = dict(original)

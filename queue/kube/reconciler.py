@@ -562,7 +562,11 @@ class Reconciler:
         meta = job.get("metadata") or {}
         uid = str(meta.get("uid"))
         wanted = status.desired(
-            record, placement=placement, problem=self.intake.problems.get(uid), now=now
+            record,
+            placement=placement,
+            replicas=int((job.get("spec") or {}).get("replicas") or 0),
+            problem=self.intake.problems.get(uid),
+            now=now,
         )
         for condition in wanted.get("conditions") or []:
             condition["observedGeneration"] = meta.get("generation")  # see intake
@@ -571,8 +575,10 @@ class Reconciler:
         if scale_up is not None and wanted.get("phase") == "Running":
             wanted["reason"] = scale_up
         if wanted.get("phase") in scale.FINISHED:
-            # Where the job ran stays readable after its end.
-            wanted["placement"] = (job.get("status") or {}).get("placement") or []
+            # Where the job ran, and at what size, stays readable after its end.
+            shown = job.get("status") or {}
+            wanted["placement"] = shown.get("placement") or []
+            wanted["size"] = shown.get("size")
         return wanted
 
     def _showable(self, *records: Mapping[str, jobs.JobRecord]) -> list[dict[str, Any]]:

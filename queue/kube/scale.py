@@ -83,7 +83,8 @@ def plan(wanted: int, *, base: jobs.JobRecord, extensions: Iterable[jobs.JobReco
 
 
 def extension(job: model.PendingJob, *, first: int, add: int, now: float) -> model.PendingJob:
-    """The queue entry for replicas `first .. first + add - 1` of a running job."""
+    """The queue entry for replicas `first .. first + add - 1` of a running job: all of
+    them, an elastic job's included (only a job's own gang starts at a size of its choice)."""
     namespace, _, name = job.key.partition("/")
     return dataclasses.replace(
         job,
@@ -91,4 +92,5 @@ def extension(job: model.PendingJob, *, first: int, add: int, now: float) -> mod
         uid=f"{uid_prefix(job.uid)}{first}{UID_SEPARATOR}{round(now * 1000)}",
         replicas=add,
         submitted_at=now,
+        min_replicas=None,
     )

@@ -1,6 +1,6 @@
 """What a TrainingJob's status and Kubernetes Events say, from the store's record of the job.
 
-Owns the status document (phase, queuePosition, reason, placement, times, restarts,
+Owns the status document (phase, queuePosition, reason, placement, size, times, restarts,
 preemptions, releaseSkewMs, conditions) and Event bodies. Pure: the reconciler sends them and
 only when they differ from what the cluster already shows.
 """
@@ -17,7 +17,7 @@ from gangq.queue.store import jobs, reservations
 
 CHECKPOINT_REQUESTED = "CheckpointRequested"
 """Condition and Event reason of a victim asked for a checkpoint before its eviction."""
-COMPARED = ("phase", "queuePosition", "reason", "placement", "restarts", "preemptions")
+COMPARED = ("phase", "queuePosition", "reason", "placement", "size", "restarts", "preemptions")
 CAUSE_REASONS = {"Error": "ReplicaFailed", "Lost": "ReplicaLost", "": "Ended"}
 """Replica causes renamed for the job's conditions; the others (OOMKilled, NodeLost,
 StartupTimeout, MaxRuntimeExceeded...) read the same for the job."""
@@ -78,15 +78,23 @@ class Refusal:
     message: str
 
 
+def size(placement: tuple[model.ReplicaPlacement, ...], *, replicas: int) -> str:
+    """`status.size`, `3/4`: the replicas holding devices of the most the job runs at (rule
+    13: an elastic job may start below `spec.replicas`), one string for `kubectl get`."""
+    return f"{len(placement)}/{replicas}"
+
+
 def desired(
     record: jobs.JobRecord | None,
     *,
     placement: tuple[model.ReplicaPlacement, ...],
+    replicas: int,
     problem: Refusal | None,
     now: str,
 ) -> dict[str, Any]:
     """The status gangq wants shown; `problem` is why the job was refused at the edge (it has
-    no record then). A job neither queued nor refused yet gets no status at all."""
+    no record then). A job neither queued nor refused yet gets no status at all. `replicas`
+    is the job's `spec.replicas`, the most it runs at."""
     if record is None:
         assert problem is not None, "a job that is neither queued nor refused has no status"
         return {
@@ -141,6 +149,7 @@ def desired(
         "queuePosition": record.position,
         "reason": reason,
         "placement": _placement(placement) if holding else [],
+        "size": size(placement, replicas=replicas) if holding else None,
         "restarts": record.restarts,
         "preemptions": record.preemptions,
         "admittedAt": _stamp(record.admitted_at),

@@ -80,6 +80,14 @@ class PreemptionSpec(BaseModel):
     )
 
 
+class ElasticSpec(BaseModel):
+    """`elastic`: the job may run at any size from `minReplicas` to `replicas` (rule 13)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    min_replicas: int = Field(alias="minReplicas", ge=1, le=validation.MAX_REPLICA_INDEX + 1)
+
+
 class TrainingJobSpec(BaseModel):
     """`spec` of a TrainingJob (crds/trainingjob.yaml is the schema; this re-checks it)."""
 
@@ -114,6 +122,7 @@ class TrainingJobSpec(BaseModel):
         le=validation.INT32_MAX,
     )
     preemption: PreemptionSpec | None = None
+    elastic: ElasticSpec | None = None
     template: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -152,6 +161,12 @@ def pending_job(job: dict[str, Any], *, tenant: str | None) -> model.PendingJob:
         spec = parse_spec(job)
     except InvalidInputError as error:
         problems.append(str(error))
+    else:
+        if spec.elastic is not None and spec.elastic.min_replicas > spec.replicas:
+            problems.append(
+                f"spec.elastic.minReplicas: {spec.elastic.min_replicas} is more than "
+                f"spec.replicas {spec.replicas}, the most the job runs at"
+            )
     if problems:
         raise InvalidInputError("; ".join(problems))
     if not tenant:
@@ -185,6 +200,7 @@ def pending_job(job: dict[str, Any], *, tenant: str | None) -> model.PendingJob:
         ),
         restart_s=float(spec.restart_seconds),
         checkpoint_grace_s=_grace(spec.preemption),
+        min_replicas=None if spec.elastic is None else spec.elastic.min_replicas,
     )
 
 

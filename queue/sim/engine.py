@@ -1,7 +1,8 @@
 """The discrete-event loop: a virtual clock, an event heap and one cycle per busy instant.
 
 Owns applying a policy's decisions to the simulated cluster: admissions hold devices and end
-after the job's run time (startup is instantaneous), preemption victims are evicted whole after
+after the job's run time (startup is instantaneous; an elastic job started below its maximum
+takes longer, its work being device-seconds), preemption victims are evicted whole after
 a grace period and requeued with their original submission time, and a gang whose last replica
 does not start within its startup timeout is torn down whole. It checks rule 1 (no device
 held twice) and rule 3 (quota) on every admission. It never decides who runs: the policy does.
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gangq.queue.core import prediction, sharing
+from gangq.queue.core import elastic, prediction, sharing
 from gangq.queue.core.device import CounterSetId, Device, DeviceId
 from gangq.queue.core.errors import GangqError
 from gangq.queue.core.model import (
@@ -200,6 +201,8 @@ class Simulation:
         if record is None:
             raise SimulationError(f"{admission.job}: admitted but not waiting")
         job = record.job
+        if record.size is None:
+            record.size = self._size_of(record, admission)
         for replica in admission.placement:
             if replica.replica in record.placement or not 0 <= replica.replica < job.replicas:
                 raise SimulationError(f"{job.key}: replica {replica.replica} is placed or unknown")
@@ -228,8 +231,23 @@ class Simulation:
             heapq.heappush(
                 self.events, Event(deadline, EventKind.TEARDOWN, job.key, record.attempt)
             )
-        if len(record.placement) == job.replicas:
+        if len(record.placement) == record.size:
             self._start(record, now=now)
+
+    def _size_of(self, record: JobRecord, admission: Admission) -> int:
+        """The size an attempt runs at: a whole-gang policy's first admission is the gang it
+        chose (rule 13: an elastic job's between its minimum and `replicas`); replicas
+        placed one by one run once all of the job's are."""
+        job = record.job
+        if not self.policy.whole_gangs:
+            return job.replicas
+        size = len(admission.placement)
+        if not job.least_replicas <= size <= job.replicas:
+            raise SimulationError(
+                f"{job.key}: admitted {size} replicas, it runs at {job.least_replicas} to "
+                f"{job.replicas}"
+            )
+        return size
 
     def _overcommits(self, admission: Admission) -> bool:
         """Rule 12, counted by brute force: some counter set an admitted device consumes is
@@ -279,12 +297,19 @@ class Simulation:
             record.predicted_run_s = predicted
         record.predicted_end = None
         if predicted is not None:
-            record.predicted_end = now + record.restart_s + max(predicted - record.progress_s, 0.0)
+            rest = self._at_size(record, max(predicted - record.progress_s, 0.0))
+            record.predicted_end = now + record.restart_s + rest
         run_s = job.run_s
         if run_s is not None:
-            left = record.restart_s + max(run_s - record.progress_s, 0.0)
+            left = record.restart_s + self._at_size(record, max(run_s - record.progress_s, 0.0))
             event = Event(now + left, EventKind.FINISH, job.key, record.attempt)
             heapq.heappush(self.events, event)
+
+    @staticmethod
+    def _at_size(record: JobRecord, work_s: float) -> float:
+        """How long `work_s` of the job's run (at its `replicas`) takes at the attempt's size."""
+        size = record.size or record.job.replicas
+        return elastic.runtime_at(work_s, size=size, replicas=record.job.replicas)
 
     def _learn(self, record: JobRecord, *, now: float) -> None:
         """A run that ended by itself teaches the predictor (one code path with the store)."""
@@ -309,6 +334,7 @@ class Simulation:
         self.tenant_use[tenant] = self.tenant_use.get(tenant, 0) - held
         record.held_gpus = 0.0
         record.placement = {}
+        record.size = None
         record.borrowed = 0
         record.held_since = None
         record.started_at = None
@@ -366,7 +392,8 @@ class Simulation:
             saved = _checkpointed(worked, interval=record.job.checkpoint_interval_s)
             if record.saved_on_request_at is not None:
                 saved = max(record.saved_on_request_at - record.started_at - record.restart_s, 0.0)
-            record.progress_s += saved
+            size = record.size or record.job.replicas
+            record.progress_s += elastic.work_of(saved, size=size, replicas=record.job.replicas)
             lost = record.held_devices * (ran - saved)
             record.lost_device_s += lost
             restarting = record.held_devices * min(record.restart_s, ran - saved)
@@ -442,6 +469,7 @@ class Simulation:
                 queued_at=self.records[job.key].pending_since,
                 checkpoint_interval_s=job.checkpoint_interval_s,
                 restart_s=job.restart_s,
+                min_replicas=job.min_replicas,
             )
             for job in sorted(
                 (r.job for r in self.waiting.values()), key=lambda j: (j.arrival_s, j.key)

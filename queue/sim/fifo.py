@@ -40,7 +40,10 @@ def fifo_key(job: PendingJob) -> tuple[int, float, str]:
 
 
 class FifoPolicy:
-    """Gang admission in FIFO order; `strict` stops at the first job that does not fit."""
+    """Gang admission in FIFO order; `strict` stops at the first job that does not fit. It
+    starts every job at its `replicas`, an elastic one's too."""
+
+    whole_gangs = True
 
     def __init__(self, *, strict: bool) -> None:
         self.strict = strict

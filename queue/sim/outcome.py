@@ -18,6 +18,9 @@ class JobRecord:
 
     job: TraceJob
     placement: dict[int, ReplicaPlacement] = field(default_factory=dict)
+    size: int | None = None
+    """The replicas the current attempt runs at, set by its first admission: an elastic
+    job's may be fewer than `job.replicas` (the core's start size)."""
     borrowed: int = 0
     held_since: float | None = None
     """When the first replica got devices (the start the core sees for running gangs)."""
@@ -81,7 +84,7 @@ class JobRecord:
 
     @property
     def is_partial(self) -> bool:
-        return 0 < len(self.placement) < self.job.replicas
+        return 0 < len(self.placement) < (self.size or self.job.replicas)
 
 
 @dataclass(slots=True)

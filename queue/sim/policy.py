@@ -29,6 +29,10 @@ class SimPolicy(Protocol):
     """
 
     name: str
+    whole_gangs: bool
+    """True: the first admission of a job that holds nothing is its whole gang, of the size
+    the policy chose (an elastic job's may be below its replicas); False: replicas are
+    placed one by one, and a job runs once all its replicas are."""
 
     def decide(self, snapshot: Snapshot, *, now: float) -> CycleResult: ...
 
@@ -41,6 +45,7 @@ class GangqPolicy:
     """The decision core as the controller runs it: quotas, tiers, backfill, preemption."""
 
     name = "gangq"
+    whole_gangs = True
 
     def __init__(self, *, device_class: str, policy: Policy | None = None) -> None:
         """`policy` carries tiers and knobs (from a settings file); default: the product's."""

@@ -84,10 +84,19 @@ class TraceJob:
     and evicted after it answers or this grace ends; None: evicted at once."""
     slice: str | None = None
     """A slice job: its devices are partitions of this profile (`SLICE_PROFILES`), not GPUs."""
+    min_replicas: int | None = None
+    """`spec.elastic.minReplicas`: an elastic job may start at any size from this to
+    `replicas`; its `runtime_s` is its run at `replicas`, its work device-seconds
+    (`elastic.runtime_at`). None: it runs at `replicas` only."""
 
     @property
     def device_count(self) -> int:
         return self.replicas * self.devices_per_replica
+
+    @property
+    def least_replicas(self) -> int:
+        """The fewest replicas it may start with."""
+        return self.replicas if self.min_replicas is None else self.min_replicas
 
     @property
     def gpus(self) -> float:
@@ -183,6 +192,7 @@ class _Job(_Model):
         None, ge=0, le=3600, allow_inf_nan=False, alias="checkpointGraceSeconds"
     )
     slice: Literal["1g.10gb", "2g.20gb", "3g.40gb"] | None = None
+    min_replicas: int | None = pydantic.Field(None, gt=0, le=10_000, alias="minReplicas")
 
 
 class _Header(_Model):
@@ -231,6 +241,7 @@ def _job(raw: _Job, *, index: int) -> TraceJob:
         family=raw.family,
         checkpoint_grace_s=raw.checkpoint_grace,
         slice=raw.slice,
+        min_replicas=raw.min_replicas,
     )
 
 
@@ -305,14 +316,20 @@ def _check_jobs(
             raise InvalidInputError(
                 f"{where}: a slice job has one replica and needs cluster.partitionedNodes"
             )
-        if job.device_count > quota.nominal + quota.borrowing_limit:
+        if job.least_replicas > job.replicas:
             raise InvalidInputError(
-                f"{where}: needs {job.device_count} devices, tenant {job.tenant} may use at most "
-                f"{quota.nominal + quota.borrowing_limit}"
+                f"{where}: minReplicas {job.least_replicas} is more than replicas {job.replicas}"
             )
-        if job.devices_per_replica > cluster.devices_per_node or job.replicas > cluster.nodes:
+        # an elastic job could start at its minimum
+        least, per_replica = job.least_replicas, job.devices_per_replica
+        if least * per_replica > quota.nominal + quota.borrowing_limit:
             raise InvalidInputError(
-                f"{where}: {job.shape} does not fit {cluster.nodes} nodes x "
+                f"{where}: needs {least * per_replica} devices, tenant {job.tenant} may use at "
+                f"most {quota.nominal + quota.borrowing_limit}"
+            )
+        if per_replica > cluster.devices_per_node or least > cluster.nodes:
+            raise InvalidInputError(
+                f"{where}: {least}x{per_replica} does not fit {cluster.nodes} nodes x "
                 f"{cluster.devices_per_node} devices"
             )
 
@@ -419,6 +436,7 @@ def _job_document(job: TraceJob) -> dict[str, Any]:
         "checkpointInterval": job.checkpoint_interval_s,
         "checkpointGraceSeconds": job.checkpoint_grace_s,
         "family": job.family,
+        "minReplicas": job.min_replicas,
     }
     document.update({key: value for key, value in optional.items() if value is not None})
     if job.topology.mode is not TopologyMode.NONE:

@@ -30,10 +30,11 @@ SERIALIZE_CYCLES = text("SELECT pg_advisory_xact_lock(:key)")
 MARK_ADMITTED = text(
     """
     UPDATE jobs SET phase = 'Admitted', admitted_at = :at, updated_at = :at,
-           borrowed = u.borrowed, attempts = jobs.attempts + 1,
+           borrowed = u.borrowed, size = u.size, attempts = jobs.attempts + 1,
            pending_code = NULL, pending_message = NULL, queue_position = NULL,
            reserved_start_at = NULL, reserved_nodes = NULL
-    FROM unnest(CAST(:ids AS bigint[]), CAST(:borrowed AS integer[])) AS u(id, borrowed)
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:borrowed AS integer[]), CAST(:sizes AS integer[]))
+         AS u(id, borrowed, size)
     WHERE jobs.id = u.id AND jobs.phase = 'Queued'
     """
 )
@@ -126,7 +127,12 @@ async def _write_admissions(
     job_ids = [queued[admission.job].id for admission in admissions]
     result = await session.execute(
         MARK_ADMITTED,
-        {"at": at, "ids": job_ids, "borrowed": [a.borrowed for a in admissions]},
+        {
+            "at": at,
+            "ids": job_ids,
+            "borrowed": [a.borrowed for a in admissions],
+            "sizes": [len(a.placement) for a in admissions],
+        },
     )
     if getattr(result, "rowcount", len(job_ids)) != len(job_ids):
         raise StoreError("queued jobs changed during the cycle; nothing was committed")

@@ -51,17 +51,19 @@ _ENQUEUE_ARRAYS = {
     "specs": "text",
     "submitted": "timestamptz",
     "max_runtimes": "integer",
+    "min_replicas": "integer",
 }
 ENQUEUE = text(
     """
     INSERT INTO jobs (uid, namespace, name, tenant, tier, priority, replicas,
-                      devices_per_replica, device_class, spec, submitted_at, max_runtime_s)
+                      devices_per_replica, device_class, spec, submitted_at, max_runtime_s,
+                      min_replicas)
     SELECT u.uid, u.namespace, u.name, u.tenant, u.tier, u.priority, u.replicas, u.devices,
-           u.class, CAST(u.spec AS jsonb), u.submitted, u.max_runtime
+           u.class, CAST(u.spec AS jsonb), u.submitted, u.max_runtime, u.min_replicas
     FROM unnest("""
     + ", ".join(f"CAST(:{name} AS {kind}[])" for name, kind in _ENQUEUE_ARRAYS.items())
     + """) AS u(uid, namespace, name, tenant, tier, priority, replicas, devices, class, spec,
-             submitted, max_runtime)
+             submitted, max_runtime, min_replicas)
     ON CONFLICT (uid) DO NOTHING
     RETURNING id, namespace, name, tenant, tier
     """
@@ -113,6 +115,10 @@ class JobRecord:
     """The nodes that reservation holds (empty without one)."""
     outcome: Outcome | None = None
     """Why a finished job ended."""
+    min_replicas: int | None = None
+    """`spec.elastic.minReplicas`: the least an elastic job runs at; None: not elastic."""
+    size: int | None = None
+    """Replicas its latest admission placed, kept once it ends; None while queued."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +172,10 @@ def validate(job: model.PendingJob) -> None:
         problems.append(f"replicas must be >= 1, got {job.replicas}")
     if job.devices_per_replica < 1:
         problems.append(f"devicesPerReplica must be >= 1, got {job.devices_per_replica}")
+    if job.min_replicas is not None and not 1 <= job.min_replicas <= job.replicas:
+        problems.append(
+            f"elastic.minReplicas must be 1..replicas ({job.replicas}), got {job.min_replicas}"
+        )
     runtime = None if job.max_runtime_s is None else round(job.max_runtime_s)
     if runtime is not None and runtime <= 0:
         problems.append(f"maxRuntimeSeconds must be > 0, got {runtime}")
@@ -200,6 +210,7 @@ def _columns(jobs: Sequence[model.PendingJob]) -> dict[str, list[object]]:
             ("specs", json.dumps(spec.encode(job))),
             ("submitted", timestamps.to_datetime(job.submitted_at)),
             ("max_runtimes", max_runtime),
+            ("min_replicas", job.min_replicas),
         ):
             columns[column].append(value)
     return columns
@@ -451,7 +462,9 @@ async def shrink(session: AsyncSession, key: str, *, replicas: int, at: float, a
         session, [row.id], at=timestamps.to_datetime(at), from_replica=replicas
     )
     freed = released[row.id]
-    row.replicas, row.borrowed = replicas, max(0, row.borrowed - freed)
+    row.replicas, row.size, row.borrowed = replicas, replicas, max(0, row.borrowed - freed)
+    if row.min_replicas is not None:
+        row.min_replicas = min(row.min_replicas, replicas)
     reason = f"scaled down to {replicas} replicas"
     details = {"devices_released": freed}
     await record_event(
@@ -488,7 +501,7 @@ async def requeue(
     if lost_device_s is not None:
         row.lost_device_s += lost_device_s
         details |= {"for": row.evicted_for, "lost_device_h": round(lost_device_s / 3600.0, 3)}
-    row.phase, row.evicting, row.borrowed = QUEUED, False, 0
+    row.phase, row.evicting, row.borrowed, row.size = QUEUED, False, 0, None
     row.checkpoint_requested_at = row.evict_by = row.evicted_for = None
     row.admitted_at = row.started_at = row.reserved_start_at = row.reserved_nodes = None
     row.not_before = timestamps.to_datetime(at + backoff_s) if backoff_s > 0 else None
@@ -513,7 +526,7 @@ async def suspend(session: AsyncSession, key: str, *, at: float, actor: str, rea
     row = await _live(session, key)
     released = await reservations.release(session, [row.id], at=timestamps.to_datetime(at))
     freed = released[row.id]
-    row.phase, row.evicting, row.borrowed = SUSPENDED, False, 0
+    row.phase, row.evicting, row.borrowed, row.size = SUSPENDED, False, 0, None
     row.checkpoint_requested_at = row.evict_by = row.evicted_for = None
     row.admitted_at = row.started_at = None
     row.pending_code = row.pending_message = None
@@ -563,6 +576,8 @@ class _RecordFields(Protocol):
     checkpoint_requested_at: datetime | None
     evict_by: datetime | None
     evicted_for: str | None
+    min_replicas: int | None
+    size: int | None
 
 
 _RECORD_COLUMNS = tuple(getattr(JobRow, name) for name in _RecordFields.__annotations__)
@@ -607,6 +622,8 @@ def _record_view(row: _RecordFields) -> JobRecord:
         checkpoint_requested_at=timestamps.optional_unix(row.checkpoint_requested_at),
         evict_by=timestamps.optional_unix(row.evict_by),
         evicted_for=row.evicted_for,
+        min_replicas=row.min_replicas,
+        size=row.size,
     )
 
 
@@ -799,15 +816,16 @@ class TenantUse:
 async def tenant_use(session: AsyncSession) -> tuple[TenantUse, ...]:
     holding = JobRow.phase.in_(HOLDING_PHASES)
     queued = JobRow.phase == QUEUED
-    size = JobRow.replicas * JobRow.devices_per_replica
+    held = func.coalesce(JobRow.size, JobRow.replicas) * JobRow.devices_per_replica
+    wanted = JobRow.replicas * JobRow.devices_per_replica
     rows = await session.execute(
         select(
             JobRow.tenant,
             JobRow.device_class,
-            func.coalesce(func.sum(size).filter(holding), 0),
+            func.coalesce(func.sum(held).filter(holding), 0),
             func.coalesce(func.sum(JobRow.borrowed).filter(holding), 0),
             func.count().filter(queued),
-            func.coalesce(func.sum(size).filter(queued), 0),
+            func.coalesce(func.sum(wanted).filter(queued), 0),
         )
         .where(JobRow.phase.not_in(FINISHED_PHASES))
         .group_by(JobRow.tenant, JobRow.device_class)

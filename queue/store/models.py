@@ -162,6 +162,12 @@ class JobRow(Base):
     """Work its evictions destroyed so far: it counts against evicting it again (rule 6)."""
     queued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     """When it last entered the queue again (a requeue); NULL: at `submitted_at`."""
+    min_replicas: Mapped[int | None] = mapped_column(Integer)
+    """`spec.elastic.minReplicas` (rule 13): the least the job runs at, `replicas` the
+    most; NULL: not elastic."""
+    size: Mapped[int | None] = mapped_column(Integer)
+    """Replicas its latest admission placed (an elastic job may start below `replicas`),
+    kept once it ends; NULL until admitted and while queued again."""
 
     __table_args__ = (
         CheckConstraint(f"phase IN ({_quoted(PHASES)})", name="phase_known"),
@@ -170,6 +176,11 @@ class JobRow(Base):
             name="checkpoint_interval_positive",
         ),
         CheckConstraint("replicas > 0", name="replicas_positive"),
+        CheckConstraint(
+            "min_replicas IS NULL OR (min_replicas >= 1 AND min_replicas <= replicas)",
+            name="min_replicas_in_range",
+        ),
+        CheckConstraint("size IS NULL OR size > 0", name="size_positive"),
         CheckConstraint("devices_per_replica > 0", name="devices_per_replica_positive"),
         CheckConstraint("borrowed >= 0", name="borrowed_not_negative"),
         CheckConstraint("lost_device_s >= 0", name="lost_not_negative"),
@@ -268,6 +279,8 @@ class RunRow(Base):
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     ended_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     runtime_s: Mapped[float] = mapped_column(Double)
+    """The run at `replicas`: an elastic job that ran smaller is recorded with the time its
+    work takes at its maximum (`elastic.work_of`), the size predictions are made at."""
 
     __table_args__ = (
         CheckConstraint("ended_at >= started_at", name="interval_ordered"),

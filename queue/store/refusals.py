@@ -30,6 +30,7 @@ def _is_refused(row: JobRow) -> bool:
 def _fill(row: JobRow, job: model.PendingJob) -> None:
     row.tenant, row.tier, row.priority = job.tenant, job.tier, job.priority
     row.replicas, row.devices_per_replica = job.replicas, job.devices_per_replica
+    row.min_replicas = job.min_replicas
     row.device_class, row.spec = job.device_class, json.loads(json.dumps(spec.encode(job)))
     row.submitted_at = timestamps.to_datetime(job.submitted_at)
     row.max_runtime_s = None if job.max_runtime_s is None else int(job.max_runtime_s)

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Row, func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gangq.queue.core import backfill, model, prediction
+from gangq.queue.core import backfill, elastic, model, prediction
 from gangq.queue.store import timestamps
 from gangq.queue.store.models import FINISHED_PHASES, JobRow, RunRow
 
@@ -47,11 +47,22 @@ class Run:
     succeeded: bool
     started_at: float
     ended_at: float
+    size: int | None = None
+    """The replicas it ran at (an elastic job may run below `shape.replicas`); None: at
+    `shape.replicas`."""
+
+    @property
+    def runtime_s(self) -> float:
+        """How long the run takes at `shape.replicas`, the size predictions are made at."""
+        elapsed = self.ended_at - self.started_at
+        if self.size is None:
+            return elapsed
+        return elastic.work_of(elapsed, size=self.size, replicas=self.shape.replicas)
 
     @property
     def finished(self) -> prediction.FinishedRun:
         return prediction.FinishedRun(
-            shape=self.shape, runtime_s=self.ended_at - self.started_at, ended_at=self.ended_at
+            shape=self.shape, runtime_s=self.runtime_s, ended_at=self.ended_at
         )
 
 
@@ -107,7 +118,7 @@ async def record(session: AsyncSession, finished: Sequence[Run]) -> None:
                 "succeeded": run.succeeded,
                 "started_at": timestamps.to_datetime(run.started_at),
                 "ended_at": timestamps.to_datetime(run.ended_at),
-                "runtime_s": run.ended_at - run.started_at,
+                "runtime_s": run.runtime_s,
             }
             for run in finished
         ],
@@ -236,6 +247,7 @@ async def estimate(
                 JobRow.uid,
                 JobRow.device_class,
                 JobRow.priority,
+                JobRow.size,
             )
             .where(JobRow.namespace == namespace, JobRow.name == name)
             .order_by(JobRow.phase.in_(FINISHED_PHASES), JobRow.id.desc())
@@ -259,6 +271,11 @@ async def estimate(
     checkpoint = timestamps.optional_unix(row.last_checkpoint_at)
     if not placement:
         return Estimate(predicted, None, None, checkpoint, interval)
+    if predicted is not None:
+        # made at the job's maximum: an elastic job that started smaller takes longer
+        size = row.size or row.replicas
+        predicted = elastic.runtime_at(predicted, size=size, replicas=row.replicas)
+        predicted = predicted if bound is None else min(predicted, bound)
     started = timestamps.to_unix(row.started_at or row.admitted_at or row.submitted_at)
     gang = model.RunningJob(
         key=key,

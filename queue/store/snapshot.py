@@ -14,7 +14,7 @@ from typing import Any, TypeAlias
 from sqlalchemy import Text, bindparam, cast, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gangq.queue.core import model
+from gangq.queue.core import elastic, model
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.store import bulk, reservations, runs, spec, tenants, timestamps
 from gangq.queue.store.models import HOLDING_PHASES, QUEUED, JobRow
@@ -39,6 +39,7 @@ _JOB_COLUMNS = (
     JobRow.family,
     JobRow.checkpoint_interval_s,
     JobRow.queued_at,
+    JobRow.min_replicas,
 )
 """What a queued job's core view is made of (with its predicted runtime)."""
 _RUN_COLUMNS = (
@@ -49,6 +50,7 @@ _RUN_COLUMNS = (
     JobRow.evict_by,
     JobRow.last_checkpoint_at,
     JobRow.lost_device_s,
+    JobRow.size,
 )
 """What a running job's core view is made of besides (with its placement)."""
 _COLUMNS = (
@@ -136,6 +138,7 @@ def pending_job(
         restart_s=stored.restart_s,
         checkpoint_grace_s=stored.checkpoint_grace_s,
         queued_at=timestamps.optional_unix(row.queued_at),
+        min_replicas=row.min_replicas,
     )
 
 
@@ -150,8 +153,12 @@ def running_job(
     started = timestamps.to_unix(row.started_at or row.admitted_at or row.submitted_at)
     bound = None if row.max_runtime_s is None else float(row.max_runtime_s)
     predicted = _predicted_runtime_s(row, estimator)
-    # the first prediction: the core lengthens it while the gang outlives it (and says so)
-    predicted_end = None if predicted is None else started + predicted
+    # the first prediction: the core lengthens it while the gang outlives it (and says so);
+    # made at the job's maximum, it takes longer at the size an elastic job started at
+    predicted_end = None
+    if predicted is not None:
+        size = row.size or row.replicas
+        predicted_end = started + elastic.runtime_at(predicted, size=size, replicas=row.replicas)
     stored = specs.parse(row.spec)
     return model.RunningJob(
         key=key_of(row),

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 import time
 
+import api_scenario
 import pytest
-from api_scenario import CLUSTER_ADMIN, QUOTA_ADMIN, VIEWER_A, VIEWER_B, hold_a_reservation
+from api_scenario import CLUSTER_ADMIN, QUOTA_ADMIN, T0, VIEWER_A, VIEWER_B, hold_a_reservation
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue import cli
@@ -66,6 +68,7 @@ async def test_one_job_with_placement_and_history(
     assert code == 0
     assert "Phase:     Admitted" in out
     assert "Gang:      1 x 2 gpu.nvidia.com" in out
+    assert "Size:      1/1 replicas" in out
     # No runs of its shape yet: the prediction is the runtime bound; no checkpoint reported.
     assert "Predicted: ~1h00m (ends ~" in out
     lost = next(line for line in out.splitlines() if line.startswith("Lost work:"))
@@ -139,6 +142,33 @@ async def test_a_reserved_job_shows_its_eta(
         capsys, "job", "team-a/a-big", "--server", server, "--token", VIEWER_A
     )
     assert "ETA:       -" in out
+
+
+async def test_an_elastic_job_shows_the_size_it_started_at_and_its_range(
+    server: str,
+    capsys: pytest.CaptureFixture[str],
+    session_factory: async_sessionmaker[AsyncSession],
+    database_url: str,
+) -> None:
+    """Of at most 4 replicas, one per node, the scenario's one node with free devices holds
+    one; the maximum could never fit its two schedulable nodes."""
+    elastic = dataclasses.replace(
+        api_scenario.job("team-b/b-elastic", "team-b", replicas=4, devices=1, at=T0 + 5),
+        min_replicas=1,
+    )
+    async with session_factory() as session, session.begin():
+        await jobs.enqueue(session, [elastic], actor="test", now=T0 + 5)
+    code, out, _ = await gangq(
+        capsys, "job", "team-b/b-elastic", "--server", server, "--token", VIEWER_B
+    )
+    assert "Size:      - (elastic, 1 to 4)" in out
+    await api_scenario.decide(session_factory, database_url, now=T0 + 20)
+    code, out, _ = await gangq(
+        capsys, "job", "team-b/b-elastic", "--server", server, "--token", VIEWER_B
+    )
+    assert code == 0
+    assert "Size:      1/4 replicas (elastic, 1 to 4)" in out
+    assert "Gang:      4 x 1 gpu.nvidia.com" in out
 
 
 async def test_errors_say_what_to_do(server: str, capsys: pytest.CaptureFixture[str]) -> None:

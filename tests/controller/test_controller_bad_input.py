@@ -101,6 +101,16 @@ async def _refused(
             ),
             id="invalid-cel",
         ),
+        pytest.param(
+            (
+                "elastic",
+                "ml-train",
+                {"replicas": 2, "elastic": {"minReplicas": 3}},
+                "invalid: spec.elastic.minReplicas: 3 is more than spec.replicas 2, the most the "
+                "job runs at",
+            ),
+            id="elastic-minimum-above-replicas",
+        ),
     ],
 )
 async def test_an_invalid_job_ends_failed_with_its_reason_and_holds_nothing(

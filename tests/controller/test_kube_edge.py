@@ -482,7 +482,14 @@ def test_pods_built_from_a_template_leave_the_cached_job_as_it_was() -> None:
     before = copy.deepcopy(job)
     pods = [
         objects.pod(
-            job, replica, spec=job["spec"], node=f"n{replica}", gated=True, gang="g", admission="1"
+            job,
+            replica,
+            spec=job["spec"],
+            node=f"n{replica}",
+            gated=True,
+            gang="g",
+            admission="1",
+            size=2,
         )
         for replica in (0, 1)
     ]

@@ -85,3 +85,41 @@ async def test_integers_out_of_range_are_refused_and_printed_as_integers(
     (cause,) = [c for c in body["details"]["causes"] if c["field"] == f"spec.{field}"]
     assert cause["message"] == f"Invalid value: {value}: spec.{field} in body should be {limit}"
     assert ".0" not in body["message"]
+
+
+@pytest.mark.parametrize(
+    ("minimum", "limit"),
+    [
+        pytest.param(0, "greater than or equal to 1", id="zero"),
+        pytest.param(65, "less than or equal to 64", id="above-the-most-replicas"),
+    ],
+)
+async def test_an_elastic_minimum_out_of_range_is_refused(
+    http: Http, minimum: int, limit: str
+) -> None:
+    """The CRD bounds `spec.elastic.minReplicas` as it bounds `replicas`; one above the job's
+    own `replicas` is refused by gangq's intake, which names both."""
+    code, body, _ = await http.request(
+        "POST", PATH, _job("elastic", replicas=4, elastic={"minReplicas": minimum})
+    )
+    assert code == 422
+    (cause,) = body["details"]["causes"]
+    assert cause["field"] == "spec.elastic.minReplicas"
+    assert cause["message"] == (
+        f"Invalid value: {minimum}: spec.elastic.minReplicas in body should be {limit}"
+    )
+
+
+async def test_an_elastic_job_needs_its_minimum(http: Http) -> None:
+    code, body, _ = await http.request("POST", PATH, _job("elastic", replicas=4, elastic={}))
+    assert code == 422
+    required = {
+        "reason": "FieldValueRequired",
+        "message": "Required value",
+        "field": "spec.elastic.minReplicas",
+    }
+    assert required in body["details"]["causes"]
+    code, body, _ = await http.request(
+        "POST", PATH, _job("elastic", replicas=4, elastic={"minReplicas": 2})
+    )
+    assert code == 201, body

@@ -204,6 +204,7 @@ class _DoubleBooking:
     """Admits every pending job onto device gpu-0 of node gpu-0, whoever holds it."""
 
     name = "double-booking"
+    whole_gangs = True
 
     def decide(self, snapshot: Snapshot, *, now: float) -> CycleResult:
         device = sorted(snapshot.inventory.devices)[0]

@@ -1,0 +1,115 @@
+"""Elastic gangs at their start (rule 13): the size a job that may run at any size from
+`elastic.minReplicas` to `replicas` starts at, and how its runtime follows its size.
+
+Owns the size rule and the runtime model both the cycle and the simulator use. It places and
+admits nothing: the cycle tells it which sizes fit now and when the full size would start,
+and admits the chosen size as any other gang, all-or-nothing. Growing or shrinking a gang that
+runs is not decided here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import NamedTuple
+
+from gangq.queue.core.model import PendingJob
+
+SCALING_EFFICIENCY = 1.0
+"""The share of its work per device-second an elastic job keeps below its maximum size: 1.0,
+linear scaling. Its work is then device-seconds, the same at every size: a run that takes T at
+`replicas` takes T x replicas / s at size s. Runtime predictions are made at the maximum (runs
+are recorded as if they ran there), so the size rule and the simulator both scale them with
+this model."""
+
+
+def runtime_at(runtime_s: float, *, size: int, replicas: int) -> float:
+    """How long a run that takes `runtime_s` at its maximum `replicas` takes at `size`."""
+    if size >= replicas:
+        return runtime_s
+    return runtime_s * replicas / (size * SCALING_EFFICIENCY)
+
+
+def work_of(elapsed_s: float, *, size: int, replicas: int) -> float:
+    """How much of a run at its maximum `replicas` `elapsed_s` at `size` does (the inverse
+    of `runtime_at`): what a run is recorded as for predictions."""
+    if size >= replicas:
+        return elapsed_s
+    return elapsed_s * size * SCALING_EFFICIENCY / replicas
+
+
+def at_size(job: PendingJob, size: int) -> PendingJob:
+    """The job as a gang of `size` replicas: its predicted runtime (made at its maximum) is
+    scaled to that size and, as every prediction, capped by its bound."""
+    if size == job.replicas:
+        return job
+    predicted = job.predicted_runtime_s
+    if predicted is not None:
+        predicted = runtime_at(predicted, size=size, replicas=job.replicas)
+        if job.max_runtime_s is not None:
+            predicted = min(predicted, job.max_runtime_s)
+    return dataclasses.replace(job, replicas=size, predicted_runtime_s=predicted)
+
+
+def smallest(job: PendingJob) -> PendingJob:
+    """The job at the least it may run at: whether it can ever run is judged on this."""
+    return job if job.min_replicas is None else at_size(job, job.min_replicas)
+
+
+class Waiting(NamedTuple):
+    """A smaller size fits now, but the full size is predicted to end sooner: the predicted
+    ends of both, which the job's reason tells."""
+
+    size: int
+    """The largest size that fits now."""
+    small_end_at: float
+    full_end_at: float
+
+
+class Choice(NamedTuple):
+    """The size the job is decided at; `waiting` is set when it waits for its maximum
+    although a smaller size fits now."""
+
+    size: int
+    waiting: Waiting | None = None
+
+
+def start_size(
+    job: PendingJob,
+    *,
+    fits: Callable[[int], bool],
+    full_start: Callable[[], float | None],
+    long_running: bool,
+    now: float,
+) -> Choice:
+    """The size an elastic job is decided at this cycle, by these rules in order:
+
+    1. the largest size from `replicas` down to `min_replicas` that `fits` now; when none
+       fits, the minimum (it waits as a gang of that size: what it may evict, or its backfill
+       reservation when it heads its tier, is for that size);
+    2. when that is the maximum, the maximum;
+    3. a job that never ends by itself (long-running tier), or whose runtime is known neither
+       by prediction nor by `max_runtime_s`, starts at the largest size that fits;
+    4. otherwise that size s starts now when its predicted end, now + the runtime at the
+       maximum x replicas / s (`runtime_at`, device-time conserved), is no later than the
+       maximum's: its predicted earliest start (`full_start`, the search a backfill
+       reservation makes) plus the runtime at the maximum; and also when the maximum has no
+       predicted start. Else the job waits for its maximum.
+    """
+    low = job.min_replicas or job.replicas
+    size = next((s for s in range(job.replicas, low - 1, -1) if fits(s)), None)
+    if size is None:
+        return Choice(low)
+    if size == job.replicas:
+        return Choice(size)
+    runtime = job.predicted_runtime_s if job.predicted_runtime_s is not None else job.max_runtime_s
+    if long_running or runtime is None:
+        return Choice(size)
+    start = full_start()
+    if start is None:
+        return Choice(size)
+    small_end = now + runtime_at(runtime, size=size, replicas=job.replicas)
+    full_end = max(start, now) + runtime
+    if small_end <= full_end:
+        return Choice(size)
+    return Choice(job.replicas, Waiting(size=size, small_end_at=small_end, full_end_at=full_end))
