@@ -3,10 +3,10 @@
 It reads a `Snapshot`, decides admissions, preemptions and backfill reservations, and explains
 every job it leaves pending. Pure: no I/O, no clock; the same input gives the same output.
 Phases: (1) set aside invalid jobs and jobs that can never fit (module `feasibility`), order
-the rest (rule 4); (2) for each job check quota, then placement
-(respecting backfill holds), then preemption, then a reservation for the first blocked job of
-its tier; (3) record an admission, a victim set or a pending reason; (4) number the pending.
-A borrowing job also leaves alone what tenants waiting within nominal are owed (module `owed`):
+the rest (rule 4); (2) for each job check quota, then placement (respecting backfill holds),
+then preemption, then a reservation for the first blocked job of its tier; (3) record an
+admission, a victim set or a pending reason; (4) number the pending. A borrowing job also
+leaves alone what tenants waiting within nominal are owed (modules `owed` and `borrowing`):
 without that, a reclaimed gang or the next borrower of a higher tier would take the devices
 back from the reclaimer in the next cycle, and reclaims would repeat forever.
 """
@@ -14,11 +14,11 @@ back from the reclaimer in the next cycle, and reclaims would repeat forever.
 from __future__ import annotations
 
 import bisect
-import heapq
 import math
 
 from gangq.queue.core import (
     backfill,
+    borrowing,
     elastic,
     explain,
     feasibility,
@@ -117,23 +117,11 @@ def _expect_owed(valid: list[PendingJob], *, state: CycleState) -> None:
     state.owed.expect([job for job in valid if is_owed(job)])
 
 
-def _job_end(job: PendingJob, *, state: CycleState) -> float:
-    """When the job would end if admitted now: by its predicted runtime (rule 5), else by its
-    bound; never for long-running tiers and jobs with neither."""
-    tier = state.tiers[job.tier]
-    runtime = job.predicted_runtime_s if job.predicted_runtime_s is not None else job.max_runtime_s
-    if runtime is None or tier.long_running:
-        return math.inf
-    if job.max_runtime_s is not None:
-        runtime = min(runtime, job.max_runtime_s)
-    return state.now + runtime
-
-
 def _holds_for(job: PendingJob, *, state: CycleState) -> Mask:
     """Indexes of the reservations the job must respect (rule 5): those starting before it ends."""
     if not state.holds:
         return ()
-    end = _job_end(job, state=state)
+    end = state.end_if_admitted(job)
     cache_key = (len(state.holds), end)
     mask = state.masks.get(cache_key)
     if mask is None:
@@ -195,7 +183,7 @@ def _fits_now(job: PendingJob, *, state: CycleState) -> bool:
     if state.book.refusal(job) is not None:
         return False
     fence = _fence(job, may_reclaim=_may_reclaim(job, state=state), state=state)
-    if fence is not None and not _leaves_owed(job, state=state):
+    if fence is not None and not borrowing.leaves_owed(job, state=state):
         return False
     outcome = _place(placement.Shape.of(job), _holds_for(job, state=state), fence, state=state)
     return isinstance(outcome, list)
@@ -234,12 +222,14 @@ def _decide_gang(job: PendingJob, *, state: CycleState) -> None:
         return
     outcome = _place(shape, mask, fence, state=state)
     if isinstance(outcome, list):
-        if may_reclaim or not _risks_reclaim(job, state=state):
+        if may_reclaim or not borrowing.risks_reclaim(job, state=state):
             _admit(job, outcome, state=state)
         return
     excluded, held_room = _fenced(mask, fence, device_class=job.device_class, state=state)
     if fence is not None and isinstance(_place(shape, mask, None, state=state), list):
-        state.pending[job.key] = state.verdicts[verdict_key] = _owed_reason(job, state=state)
+        state.pending[job.key] = state.verdicts[verdict_key] = borrowing.owed_reason(
+            job, state=state
+        )
         return
     if mask and isinstance(_place(shape, (), fence, state=state), list):
         head = state.holds[mask[0]].reservation
@@ -292,7 +282,7 @@ def _takes_owed(job: PendingJob, shape: placement.Shape, mask: Mask, *, state: C
     (module `owed`); it may still evict borrowers if that frees enough. True when decided.
     Such a job gets no backfill reservation: it would hold the owed devices against the very
     jobs they are owed to. A refusal is remembered for jobs alike while owed and free stay."""
-    if _leaves_owed(job, state=state):
+    if borrowing.leaves_owed(job, state=state):
         return False
     owed = state.owed.to_others(job.tenant, job.device_class)
     free = state.pool.free_count(job.device_class)
@@ -309,84 +299,9 @@ def _takes_owed(job: PendingJob, shape: placement.Shape, mask: Mask, *, state: C
         if state.pending[job.key].code is explain.ReasonCode.QUOTA:
             state.owed_verdicts[memo_key] = state.pending[job.key]
         return True
-    reason = _owed_reason(job, state=state)
+    reason = borrowing.owed_reason(job, state=state)
     state.pending[job.key] = state.owed_verdicts[memo_key] = reason
     return True
-
-
-def _leaves_owed(job: PendingJob, *, state: CycleState) -> bool:
-    """A borrower leaves as many free devices as other tenants are owed, or ends before
-    they could use them."""
-    owed = state.owed.to_others(job.tenant, job.device_class)
-    free = state.pool.free_count(job.device_class)
-    if free - job.device_count >= owed:
-        return True
-    return _ends_before_owed(job, owed=owed, free=free, state=state)
-
-
-def _ends_before_owed(job: PendingJob, *, owed: int, free: int, state: CycleState) -> bool:
-    """A borrower predicted to end before the owed devices could all be free, even with its
-    own, takes nothing the owed jobs could use sooner: like a job backfilled before a
-    reservation, it may run on them. Counted over the predicted ends of running gangs (a
-    lower bound on when the owed jobs could start; those that fit now keep their holds)."""
-    end = _job_end(job, state=state)
-    if end == math.inf:
-        return False
-    memo_key = (job.device_class, owed, free, end)
-    known = state.ends_before_owed.get(memo_key)
-    if known is not None:
-        return known
-    coming = free
-    for release_end, gang in heapq.merge(
-        state.running_releases(), state.admitted_releases, key=backfill.release_order
-    ):
-        if release_end >= end or coming >= owed:
-            break
-        if gang.device_class == job.device_class and gang.key not in state.claimed:
-            coming += gang.device_count
-    found = state.ends_before_owed[memo_key] = coming < owed
-    return found
-
-
-def _risks_reclaim(job: PendingJob, *, state: CycleState) -> bool:
-    """With `Policy.unsaved_borrow_s`: a borrower without checkpoints takes devices other
-    tenants may claim within nominal, and a reclaim then destroys its whole run or (rule 6,
-    when that costs more than the reclaimer's wait) keeps that tenant from its nominal quota
-    until it ends. The longer it runs, the likelier that is: it leaves free the share
-    `run / unsaved_borrow_s` of their unused nominal quota. True (the reason recorded) when
-    it must wait although it fits; a job that does not fit waits for capacity and gets its
-    reservation as any other (it is judged again when it fits). Serving tiers restart
-    without losing a run, so they are exempt."""
-    horizon = state.policy.unsaved_borrow_s
-    if horizon is None or job.checkpoint_interval_s is not None:
-        return False
-    if state.tiers[job.tier].long_running:
-        return False
-    run = _job_end(job, state=state) - state.now
-    unused = state.book.unused_nominal(job.device_class, besides=job.tenant)
-    left = unused if run >= horizon else int(unused * run / horizon)
-    free = state.pool.free_count(job.device_class)
-    if free - job.device_count >= left:
-        return False
-    state.pending[job.key] = explain.unsaved_borrow(
-        tenant=job.tenant,
-        run_s=None if run == math.inf else run,
-        needed=job.device_count,
-        free=free,
-        left=left,
-        device_class=job.device_class,
-    )
-    return True
-
-
-def _owed_reason(job: PendingJob, *, state: CycleState) -> explain.PendingReason:
-    return explain.owed(
-        tenant=job.tenant,
-        needed=job.device_count,
-        free=state.pool.free_count(job.device_class),
-        owed=state.owed.to_others(job.tenant, job.device_class),
-        device_class=job.device_class,
-    )
 
 
 def _place(
@@ -416,7 +331,7 @@ def _admit(job: PendingJob, choice: placement.Choice, *, state: CycleState) -> N
         state.pool.take(replica.node, replica.devices, job.pod, shares=replica.shares)
         state.touched_nodes.add(replica.node)
     state.admissions.append(Admission(job=job.key, placement=result, borrowed=borrowed))
-    end = _job_end(job, state=state)
+    end = state.end_if_admitted(job)
     if end == math.inf:
         return
     gang = RunningJob(

@@ -7,6 +7,7 @@ failed searches, and victim lists sorted once per cycle. It decides nothing itse
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -148,6 +149,19 @@ class CycleState:
         """Preemption is on and the job has waited its tier's preemption delay."""
         delay = self.tiers[job.tier].preemption_delay_s if job.tier in self.tiers else 0.0
         return self.policy.preemption and self.now - job.submitted_at >= delay
+
+    def end_if_admitted(self, job: PendingJob) -> float:
+        """When the job would end if admitted now: by its predicted runtime (rule 5), else by
+        its bound; never for long-running tiers and jobs with neither."""
+        tier = self.tiers[job.tier]
+        runtime = (
+            job.predicted_runtime_s if job.predicted_runtime_s is not None else job.max_runtime_s
+        )
+        if runtime is None or tier.long_running:
+            return math.inf
+        if job.max_runtime_s is not None:
+            runtime = min(runtime, job.max_runtime_s)
+        return self.now + runtime
 
     def is_possible(self, shape: placement.Shape) -> bool:
         """`placement.is_possible`, remembered: capability does not change within a cycle."""
