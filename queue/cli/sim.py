@@ -87,6 +87,12 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="with --scenario all: run the traces in N processes (default 1)",
     )
+    parser.add_argument(
+        "--no-elastic",
+        action="store_true",
+        help="replay every job without its minReplicas, at its replicas only, to compare the "
+        "same trace with and without elastic jobs",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--plot", type=Path, metavar="PNG", help="write a PNG, one panel per policy"
@@ -161,8 +167,10 @@ def _load(args: argparse.Namespace, *, seed: int) -> trace.Trace:
     offered = _load_option(args)
     if args.scenario in scenarios.NAMES:
         _check_days(args.days)
-        return scenarios.generate(args.scenario, seed=seed, days=args.days, offered=offered)
-    return trace.load(Path(args.scenario))
+        loaded = scenarios.generate(args.scenario, seed=seed, days=args.days, offered=offered)
+    else:
+        loaded = trace.load(Path(args.scenario))
+    return loaded.without_elastic() if args.no_elastic else loaded
 
 
 def _seeds(args: argparse.Namespace) -> list[int] | None:
@@ -323,11 +331,19 @@ def _run_seeds(args: argparse.Namespace, *, names: tuple[str, ...], seeds: list[
 
 
 def _goal_row(
-    scenario: str, seed: int, offered: float, days: int, config_file: Path | None
+    scenario: str,
+    seed: int,
+    offered: float,
+    days: int,
+    config_file: Path | None,
+    *,
+    elastic: bool,
 ) -> dict[str, Any]:
     """One scenario's trace through gangq and both FIFOs, reduced to the goal figures; a
     module-level function so that worker processes can run it."""
     generated = scenarios.generate(scenario, seed=seed, days=days, offered=offered)
+    if not elastic:
+        generated = generated.without_elastic()
     replayed, settings = _configured(config_file, generated)
     device_class = replayed.cluster.device_class
     summaries = {
@@ -361,6 +377,7 @@ def _run_all(args: argparse.Namespace, *, seeds: list[int]) -> int:
         raise InvalidInputError(f"--jobs must be at least 1, got {args.jobs}")
     _check_days(args.days)
     loads = _loads(args)
+    elastic = not args.no_elastic
     cells = [
         (scenario, seed, offered, args.days, args.config)
         for scenario in scenarios.NAMES
@@ -373,12 +390,12 @@ def _run_all(args: argparse.Namespace, *, seeds: list[int]) -> int:
     rows: list[dict[str, Any]] = []
     if args.jobs == 1:
         for cell in cells:
-            rows.append(_goal_row(*cell))
+            rows.append(_goal_row(*cell, elastic=elastic))
             if bar is not None:
                 bar(len(rows) / len(cells))
     else:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            futures = [pool.submit(_goal_row, *cell) for cell in cells]
+            futures = [pool.submit(_goal_row, *cell, elastic=elastic) for cell in cells]
             for future in futures:
                 rows.append(future.result())
                 if bar is not None:

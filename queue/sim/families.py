@@ -47,6 +47,11 @@ CANCELLED_FRACTION = (0.2, 1.0)
 """Fractions of the intended run a failed (early) or cancelled job gets through."""
 CHECKPOINT_MIN_GPUS = 16
 CHECKPOINT_INTERVAL_S = (30 * 60.0, 60 * 60.0)
+ELASTIC_SHARE = 0.3
+"""Share of multi-replica training jobs that are elastic, with `minReplicas` half their
+replicas rounded up. No trace records elasticity; torchrun elastic and DeepSpeed jobs are
+commonly run at half their size, and 30 % is the share of gangs the product's goal for elastic
+jobs is stated for."""
 WEEKDAY = (1.0, 1.0, 1.05, 1.0, 1.0, 0.75, 0.8)
 """Relative arrivals Monday to Sunday (PAI's week of task submissions); day 0 is a Monday."""
 HELIOS_HOURLY = (
@@ -189,11 +194,14 @@ class Drawn:
 
 
 class _Jobs:
-    """Draws one family's jobs: size, family median, run, outcome, bound and checkpoints."""
+    """Draws one family's jobs: size, family median, run, outcome, bound and checkpoints
+    from `rng`; elasticity from `habits`, a stream of its own, so that every other draw of a
+    seed and load is the one made before jobs were elastic."""
 
-    def __init__(self, family: Family, rng: random.Random) -> None:
+    def __init__(self, family: Family, rng: random.Random, habits: random.Random) -> None:
         self.family = family
         self.rng = rng
+        self.habits = habits
         self.sizes = [gpus for gpus, _ in family.gpus]
         self.size_weights = list(itertools.accumulate(share for _, share in family.gpus))
         self.medians = {
@@ -239,15 +247,19 @@ class _Jobs:
         if gpus >= CHECKPOINT_MIN_GPUS and rng.random() < family.checkpointing:
             checkpoint = round(rng.uniform(*CHECKPOINT_INTERVAL_S))
         replicas, per_replica = shape_of(gpus)
+        tier = "small" if gpus <= 2 else "training"
         topology = Topology()
+        least = None
         if replicas > 1:
             topology = Topology(RACK_LABEL, TopologyMode.PREFERRED)
+            if tier == "training" and self.habits.random() < ELASTIC_SHARE:
+                least = math.ceil(replicas / 2)
         self.count += 1
         job = TraceJob(
             key=JobKey(f"{tenant}/job-{gpus}g-{self.count}"),
             arrival_s=arrival,
             tenant=Tenant(tenant),
-            tier="small" if gpus <= 2 else "training",
+            tier=tier,
             replicas=replicas,
             devices_per_replica=per_replica,
             runtime_s=runtime,
@@ -255,8 +267,13 @@ class _Jobs:
             topology=topology,
             checkpoint_interval_s=checkpoint,
             family=f"{replicas}x{per_replica}-{'abcd'[index]}",
+            min_replicas=least,
         )
         return Drawn(job, outcome)
+
+
+def _habits(family: Family, *, seed: int) -> random.Random:
+    return random.Random(f"{family.name}-elastic-{seed}")
 
 
 def sample(family: Family, *, seed: int, count: int, days: int = 7) -> list[Drawn]:
@@ -264,7 +281,7 @@ def sample(family: Family, *, seed: int, count: int, days: int = 7) -> list[Draw
     the load: what the family's statistics are checked on."""
     rng = random.Random(f"{family.name}-{seed}")
     arrivals = _Arrivals(family, days=days)
-    draws = _Jobs(family, rng)
+    draws = _Jobs(family, rng, _habits(family, seed=seed))
     return [draws.draw(arrivals.draw(rng)) for _ in range(count)]
 
 
@@ -283,7 +300,7 @@ def generate(family: Family, *, seed: int, days: int = 7, load: float = DEFAULT_
         offered_device_s(job, horizon_s=horizon) for job in jobs
     )
     arrivals = _Arrivals(family, days=days)
-    draws = _Jobs(family, rng)
+    draws = _Jobs(family, rng, _habits(family, seed=seed))
     tolerance = LOAD_TOLERANCE * CLUSTER.capacity * horizon
     while remaining > tolerance:
         job = draws.draw(arrivals.draw(rng)).job

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -132,6 +132,11 @@ class Trace:
     @property
     def tenants(self) -> tuple[Tenant, ...]:
         return tuple(quota.tenant for quota in self.quotas)
+
+    def without_elastic(self) -> Trace:
+        """The same arrivals with every job's `minReplicas` removed, each run at `replicas`
+        only: the same week replayed without elasticity, to see what it changes."""
+        return replace(self, jobs=tuple(replace(job, min_replicas=None) for job in self.jobs))
 
 
 class _Model(pydantic.BaseModel):

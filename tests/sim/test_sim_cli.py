@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gangq.queue import cli
+from gangq.queue.sim import scenarios, trace
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "traces" / "sample.yaml"
 REQUIRED_KEYS = {
@@ -181,3 +182,63 @@ def test_all_prints_one_goal_row_per_scenario_seed_and_load_then_the_worst(
     assert [cells[:2] for cells in body[len(rows) :]] == [
         [scenario, "worst"] for scenario in document["worst"]
     ]
+
+
+HOLDER_AND_ELASTIC = {
+    "horizon": 5000,
+    "cluster": {"nodes": 4, "racks": 1},
+    "jobs": [
+        {
+            "name": "ops/holder",
+            "arrival": 0,
+            "tenant": "ops",
+            "tier": "training",
+            "replicas": 2,
+            "devicesPerReplica": 8,
+            "runtime": 1000,
+        },
+        {
+            "name": "ml/elastic",
+            "arrival": 1,
+            "tenant": "ml",
+            "tier": "training",
+            "replicas": 4,
+            "minReplicas": 2,
+            "devicesPerReplica": 8,
+            "runtime": 600,
+        },
+    ],
+}
+"""Two of four nodes held until 1000 by a gang whose end nobody can predict: gangq starts the
+elastic job at once at 2 replicas; without its minimum it waits 999 s for all 4."""
+
+
+def test_no_elastic_replays_a_trace_file_at_full_sizes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, saved = tmp_path / "week.yaml", tmp_path / "saved.yaml"
+    path.write_text(json.dumps(HOLDER_AND_ELASTIC))
+    waits: dict[bool, dict[str, float]] = {}
+    for flags in ([], ["--no-elastic"]):
+        argv = ["sim", "--scenario", str(path), "--json", "--write-trace", str(saved), *flags]
+        code, out, _ = _gangq(argv, capsys)
+        assert code == 0
+        waits[bool(flags)] = json.loads(out)["policies"]["gangq"]["wait_by_gang_size_s"]["4x8"]
+        (_, written) = trace.load(saved).jobs
+        assert written.min_replicas == (None if flags else 2), "the trace replayed is saved"
+    assert (waits[False]["max"], waits[True]["max"]) == (0, 999)
+
+
+def test_no_elastic_replays_every_scenario_of_all_at_full_sizes(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    week = trace.from_document(HOLDER_AND_ELASTIC)
+    monkeypatch.setattr(scenarios, "generate", lambda name, **_: week)
+    argv = ["sim", "--scenario", "all", "--days", "1", "--seeds", "1-1", "--loads", "0.9"]
+    rows: dict[bool, list[dict[str, float]]] = {}
+    for flags in ([], ["--no-elastic"]):
+        code, out, _ = _gangq([*argv, "--json", *flags], capsys)
+        assert code == 0
+        rows[bool(flags)] = json.loads(out)["rows"]
+    assert {row["training_wait_p95_s"] for row in rows[False]} == {0}
+    assert {row["training_wait_p95_s"] for row in rows[True]} == {999}

@@ -126,3 +126,20 @@ def test_a_minimum_that_cannot_be_is_refused(fields: dict[str, Any], message: st
 def test_a_maximum_larger_than_the_cluster_is_fine_when_the_minimum_fits() -> None:
     outcome = _run("gangq", [{**ELASTIC, "replicas": 6}])
     assert _span(outcome, "ml/elastic") == (1, 1 + 600 * 6 / 4)
+
+
+def test_without_its_minimum_a_job_that_started_smaller_starts_at_full_size_later() -> None:
+    """The week of the first test without elasticity: instead of its 600 s of work at 2 of 4
+    replicas from 1 (1200 s), the job waits for the holder's end and runs 600 s at all 4."""
+    jobs = [_job("ops/holder", 0, replicas=2, runtime=1000), ELASTIC]
+    replayed = trace.from_document(
+        {"horizon": 5000, "cluster": {"nodes": 4, "racks": 1}, "jobs": jobs}
+    )
+    elastic, rigid = (
+        engine.simulate(week, policy.create("gangq", device_class="gpu.nvidia.com")).records[
+            "ml/elastic"
+        ]
+        for week in (replayed, replayed.without_elastic())
+    )
+    assert (elastic.first_started_at, elastic.finished_at) == (1, 1 + 600 * 4 / 2)
+    assert (rigid.first_started_at, rigid.finished_at) == (1000, 1600)

@@ -3,13 +3,16 @@ asked for, and runs on the reference cluster within its tenants' quotas."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import statistics
 from collections import Counter
 
 import pytest
 
 from gangq.queue.core.model import Tenant
-from gangq.queue.sim import families, load, scenarios
+from gangq.queue.sim import families, load, scenarios, trace
 from gangq.queue.sim.reference import DAY, HOUR
 
 SEEDS = (1, 2, 3)
@@ -97,8 +100,47 @@ def test_a_heavier_load_is_more_of_the_same_jobs() -> None:
     light = families.generate(families.HELIOS, seed=4, load=0.6)
     heavy = families.generate(families.HELIOS, seed=4, load=1.2)
     assert len(heavy.jobs) > len(light.jobs)
-    drawn = {job.key for job in heavy.jobs}
+    drawn = {job.key: job for job in heavy.jobs}
     assert sum(job.key in drawn for job in light.jobs) >= 0.9 * len(light.jobs)
+    assert all(job == drawn[job.key] for job in light.jobs if job.key in drawn), "elastic alike"
+
+
+@pytest.mark.parametrize("family", [families.HELIOS, families.ACME], ids=lambda f: f.name)
+def test_a_share_of_multi_replica_training_jobs_is_elastic_down_to_half(
+    family: families.Family,
+) -> None:
+    drawn = [d.job for d in _drawn(family)]
+    gangs = [job for job in drawn if job.replicas > 1 and job.tier == "training"]
+    elastic = [job for job in gangs if job.min_replicas is not None]
+    assert len(elastic) / len(gangs) == pytest.approx(families.ELASTIC_SHARE, abs=0.05)
+    assert all(job.min_replicas == math.ceil(job.replicas / 2) for job in elastic)
+    assert all(job.min_replicas is None for job in drawn if job.replicas == 1)
+
+
+def _fingerprint(week: trace.Trace) -> str:
+    document = json.dumps(trace.to_document(week.without_elastic()), sort_keys=True)
+    return hashlib.sha256(document.encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize(
+    ("name", "seed", "offered", "fingerprint"),
+    [
+        ("reference", 1, None, "f014b686252c5314"),
+        ("mixed", 2, None, "20bb7705fcad8630"),
+        ("philly", 1, 0.9, "8dd5fa5dcee84a69"),
+        ("helios", 2, 1.15, "1be6ff1acb1ac00d"),
+        ("acme", 3, 1.15, "080927878e96a29f"),
+    ],
+)
+def test_without_their_minimum_the_weeks_are_those_generated_before_jobs_were_elastic(
+    name: str, seed: int, offered: float | None, fingerprint: str
+) -> None:
+    """The fingerprints are of the weeks generated before any job was elastic: elasticity
+    draws from a stream of its own and changes no arrival, run, size or checkpoint."""
+    week = scenarios.generate(name, seed=seed, days=7, offered=offered)
+    assert _fingerprint(week) == fingerprint
+    elastic = sum(job.min_replicas is not None for job in week.jobs)
+    assert (elastic > 0) == (name in ("philly", "helios", "acme"))
 
 
 def test_without_a_load_the_weeks_keep_theirs_and_a_family_offers_the_default() -> None:
