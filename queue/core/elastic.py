@@ -56,6 +56,23 @@ def smallest(job: PendingJob) -> PendingJob:
     return job if job.min_replicas is None else at_size(job, job.min_replicas)
 
 
+def _least_within_bound(job: PendingJob, *, runtime: float | None) -> int:
+    """The smallest size the job may start at whose run ends within its bound (the maximum
+    always does: its prediction is capped by the bound)."""
+    low = job.min_replicas or job.replicas
+    bound = job.max_runtime_s
+    if bound is None or runtime is None:
+        return low
+    return next(
+        (
+            size
+            for size in range(low, job.replicas)
+            if runtime_at(runtime, size=size, replicas=job.replicas) <= bound
+        ),
+        job.replicas,
+    )
+
+
 class Waiting(NamedTuple):
     """A smaller size fits now, but the full size is predicted to end sooner: the predicted
     ends of both, which the job's reason tells."""
@@ -84,9 +101,12 @@ def start_size(
 ) -> Choice:
     """The size an elastic job is decided at this cycle, by these rules in order:
 
-    1. the largest size from `replicas` down to `min_replicas` that `fits` now; when none
-       fits, the minimum (it waits as a gang of that size: what it may evict, or its backfill
-       reservation when it heads its tier, is for that size);
+    0. only sizes whose runtime (`runtime_at`, from the prediction at the maximum, else the
+       bound) ends within `max_runtime_s` count: `maxRuntimeSeconds` bounds wall time, and a
+       smaller size that needs longer would be stopped before its work is done;
+    1. the largest of those sizes, from `replicas` down, that `fits` now; when none fits,
+       the smallest of them (it waits as a gang of that size: what it may evict, or its
+       backfill reservation when it heads its tier, is for that size);
     2. when that is the maximum, the maximum;
     3. a job that never ends by itself (long-running tier), or whose runtime is known neither
        by prediction nor by `max_runtime_s`, starts at the largest size that fits;
@@ -96,13 +116,13 @@ def start_size(
        reservation makes) plus the runtime at the maximum; and also when the maximum has no
        predicted start. Else the job waits for its maximum.
     """
-    low = job.min_replicas or job.replicas
+    runtime = job.predicted_runtime_s if job.predicted_runtime_s is not None else job.max_runtime_s
+    low = _least_within_bound(job, runtime=runtime)
     size = next((s for s in range(job.replicas, low - 1, -1) if fits(s)), None)
     if size is None:
         return Choice(low)
     if size == job.replicas:
         return Choice(size)
-    runtime = job.predicted_runtime_s if job.predicted_runtime_s is not None else job.max_runtime_s
     if long_running or runtime is None:
         return Choice(size)
     start = full_start()

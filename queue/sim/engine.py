@@ -301,7 +301,11 @@ class Simulation:
             record.predicted_end = now + record.restart_s + rest
         run_s = job.run_s
         if run_s is not None:
-            left = record.restart_s + self._at_size(record, max(run_s - record.progress_s, 0.0))
+            left = self._at_size(record, max(run_s - record.progress_s, 0.0))
+            if job.max_runtime_s is not None:
+                # the bound is on wall time: a smaller size does not get longer
+                left = min(left, job.max_runtime_s)
+            left += record.restart_s
             event = Event(now + left, EventKind.FINISH, job.key, record.attempt)
             heapq.heappush(self.events, event)
 

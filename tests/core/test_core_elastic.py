@@ -224,3 +224,24 @@ def test_a_job_settled_smaller_owes_nothing_more() -> None:
     book.charge(job.tenant, builders.GPU, started.equivalent_milli)
     owed.settle(started)
     assert owed.of(job.tenant, builders.GPU) == 0
+
+
+@pytest.mark.parametrize(
+    ("bound_h", "size", "message"),
+    [
+        # at 2 of 4 the hour of work takes 2 h: past a 1.4 h bound, so the least size is 3
+        pytest.param(
+            1.4, None, "capacity: needs 3 nodes with 8 free gpu, 2 have them", id="2-outlasts-it"
+        ),
+        pytest.param(2.0, 2, None, id="2-ends-within-it"),
+    ],
+)
+def test_no_size_starts_that_its_bound_would_stop_before_its_work_is_done(
+    bound_h: float, size: int | None, message: str | None
+) -> None:
+    """Two nodes run gangs without end: only 2 replicas fit, and the maximum never will."""
+    job = _elastic(max_runtime_s=bound_h * HOUR)
+    result = _cycle(job, running=_busy("node-2", "node-3", ends_in_s=None))
+    assert _size(result) == size
+    if message is not None:
+        assert result.pending[KEY].message == message

@@ -143,3 +143,17 @@ def test_without_its_minimum_a_job_that_started_smaller_starts_at_full_size_late
     )
     assert (elastic.first_started_at, elastic.finished_at) == (1, 1 + 600 * 4 / 2)
     assert (rigid.first_started_at, rigid.finished_at) == (1000, 1600)
+
+
+def test_a_smaller_start_is_stopped_at_its_bound_like_any_run() -> None:
+    """The first run of the family ends in 200 s; the second is predicted alike and starts at
+    2 of 4 replicas beside a holder without end (400 s by prediction, within its 1,100 s
+    bound), but its 1,000 s of work at 4 would take 2,000 s at 2: `maxRuntime` bounds wall
+    time, so it is stopped at 300 + 1,100."""
+    first = _job("ml/el-1", 1, replicas=4, minReplicas=2, runtime=200, maxRuntime=1100)
+    holder = _job("ops/holder", 250, replicas=2, runtime=5000)
+    second = _job("ml/el-2", 300, replicas=4, minReplicas=2, runtime=1000, maxRuntime=1100)
+    outcome = _run("gangq", [first, holder, second])
+    assert _span(outcome, "ml/el-1") == (1, 201)
+    assert outcome.records["ml/el-2"].predicted_end == 300 + 200 * 4 / 2
+    assert _span(outcome, "ml/el-2") == (300, 1400)
