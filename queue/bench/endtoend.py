@@ -1,9 +1,11 @@
 """One end-to-end run for `gangq bench e2e`: scratch database, served cluster, controller, load.
 
 Owns the order of the run and its deadline: the emulator and the controller each run in their
-own process (so the controller's CPU figure is its own), the API server's write counters are
-read before the first job and after the last one ended, and a short saturation load measures
-the emulator's write throughput at the end. It must not judge the figures against the targets.
+own process (so the controller's CPU figure is its own), the controller as gangq's
+ServiceAccount with the RBAC deploy/ ships while the bench's load and watches play admin users,
+the API server's write counters are read before the first job and after the last one ended,
+and a short saturation load measures the emulator's write throughput at the end. It must not
+judge the figures against the targets.
 """
 
 from __future__ import annotations
@@ -328,7 +330,7 @@ async def _start_controller(
         sys.executable,
         "-c",
         controller_process.RUN,
-        f"--kubeconfig={served.kubeconfig}",
+        f"--kubeconfig={served.controller_kubeconfig}",
         f"--database-url={url}",
         f"--cycle-interval={args.cycle_interval:g}",
         *([f"--profile={args.profile_controller}"] if args.profile_controller else []),

@@ -1,15 +1,17 @@
 """The emulated cluster in its own process, as a real API server would be (`gangq cluster up`).
 
-Owns starting it, waiting until it serves, the client configuration from its kubeconfig, and
-stopping it. A separate process keeps the emulator's work off the controller's event loop, so
-the end-to-end figures measure the controller rather than the two sharing one CPU core. It must
-not create any workload.
+Owns starting it, waiting until it serves, the client configuration from its kubeconfig, the
+kubeconfig of gangq's ServiceAccount (the RBAC deploy/ ships, applied in the emulator's process
+through `demo.serviceaccount`), and stopping it. A separate process keeps the emulator's work
+off the controller's event loop, so the end-to-end figures measure the controller rather than
+the two sharing one CPU core. It must not create any workload.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import signal
 import sys
 import tempfile
@@ -31,8 +33,10 @@ STOP_SECONDS = 10.0
 class Served:
     configuration: Any
     """kubernetes-asyncio's client configuration for the cluster."""
-    kubeconfig: Path
-    """The same as a file, for clients in other processes (the controller's)."""
+    controller_kubeconfig: Path
+    """gangq's ServiceAccount as a file, for the controller's process: a write the RBAC of
+    deploy/ lacks is refused. `configuration` is the admin's, for the bench's own clients,
+    which play users."""
     pid: int
     """The emulator's process, whose CPU time the bench reads."""
 
@@ -44,6 +48,7 @@ async def served_cluster(
     """The client configuration of a cluster serving until the context ends."""
     with tempfile.TemporaryDirectory(prefix="gangq-bench-") as directory:
         kubeconfig = Path(directory) / "kubeconfig"
+        controller_kubeconfig = Path(directory) / "controller.kubeconfig"
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-c",
@@ -55,6 +60,9 @@ async def served_cluster(
             f"--crd={crd}",
             f"--ready-seconds={ready_seconds:g}",
             f"--kubeconfig={kubeconfig}",
+            # Without a token the emulator checks no permissions: the controller would be admin.
+            f"--token={secrets.token_hex(16)}",
+            f"--controller-kubeconfig={controller_kubeconfig}",
             stdout=asyncio.subprocess.PIPE,
         )
         try:
@@ -63,13 +71,13 @@ async def served_cluster(
             await config.load_kube_config(
                 config_file=str(kubeconfig), client_configuration=configuration
             )
-            yield Served(configuration, kubeconfig, process.pid)
+            yield Served(configuration, controller_kubeconfig, process.pid)
         finally:
             await _stop(process)
 
 
 async def _started(process: asyncio.subprocess.Process) -> None:
-    """Wait for its first line ("kubesim serving ..."): the kubeconfig is written by then."""
+    """Wait for its first line ("kubesim serving ..."): both kubeconfigs are written by then."""
     assert process.stdout is not None
     try:
         line = await asyncio.wait_for(process.stdout.readline(), timeout=START_SECONDS)

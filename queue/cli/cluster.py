@@ -70,6 +70,14 @@ def register(subparsers: Any) -> None:
         help="require this bearer token (default: no authentication; kubectl sends no token "
         "over plain HTTP)",
     )
+    up.add_argument(
+        "--controller-kubeconfig",
+        type=Path,
+        default=None,
+        help="also install gangq's namespace and the RBAC deploy/ ships, and write a kubeconfig "
+        "of its ServiceAccount here, for a controller refused what a cluster would refuse it "
+        "(needs --token: without one no permission is checked)",
+    )
     up.set_defaults(handler=run_up)
 
 
@@ -87,6 +95,8 @@ def _check(args: argparse.Namespace) -> None:
         )
     if args.watch_window is not None and args.watch_window < 1:
         raise InvalidInputError("--watch-window must be at least 1")
+    if args.controller_kubeconfig is not None and args.token is None:
+        raise InvalidInputError("--controller-kubeconfig needs --token")
     if not 0 <= args.port <= 65535:
         raise InvalidInputError("--port must be between 0 and 65535")
     for path in args.crd:
@@ -116,6 +126,13 @@ async def _serve(args: argparse.Namespace) -> None:
         emulator.history_size = args.watch_window
     async with emulator as cluster:
         args.kubeconfig.write_text(yaml.safe_dump(cluster.kubeconfig(), sort_keys=False))
+        if args.controller_kubeconfig is not None:
+            from gangq.queue.demo import serviceaccount
+
+            token = serviceaccount.controller_token(cluster)
+            args.controller_kubeconfig.write_text(
+                yaml.safe_dump(cluster.kubeconfig(token), sort_keys=False)
+            )
         split = (
             f"; {args.partitioned_nodes} partitioned, {args.shared_nodes} shared"
             if args.partitioned_nodes or args.shared_nodes

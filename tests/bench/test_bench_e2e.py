@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
 from collections import Counter
+from typing import NoReturn
 
 import pytest
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
 
-from gangq.queue.bench import releases, writes
+from gangq.queue.bench import endtoend, releases, served_cluster, writes
 from gangq.queue.cli import main
+from gangq.queue.demo import runner, serviceaccount
 
 RUN_CLI = "from gangq.queue.cli import main; main()"
 SMALL_RUN = (
@@ -125,3 +132,41 @@ def test_a_small_run_releases_every_job(server_url: str) -> None:
     assert 0 <= figures["release_skew_p99_ms"] <= figures["release_p99_ms"]
     assert "submitting 40 jobs" in result.stderr
     assert figures["duration_s"] >= 39 / 20, "--rate 20 paces 40 jobs over at least 1.95 s"
+
+
+class _Started(Exception):
+    """Raised in place of starting the controller's process, once its command line is known."""
+
+
+async def test_the_controller_runs_as_gangqs_service_account(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The kubeconfig the bench hands its controller must be refused what deploy/base/rbac.yaml
+    # does not grant: as admin, a permission missing there would pass the bench unnoticed.
+    command: list[str] = []
+
+    async def started(*arguments: str, **_: object) -> NoReturn:
+        command.extend(arguments)
+        raise _Started
+
+    args = argparse.Namespace(cycle_interval=0.1, profile_controller=None)
+    async with served_cluster.served_cluster(
+        nodes=1, racks=1, crd=runner.default_crd(), ready_seconds=0.1
+    ) as served:
+        monkeypatch.setattr(asyncio, "create_subprocess_exec", started)
+        async with contextlib.AsyncExitStack() as exits:
+            with pytest.raises(_Started):
+                await endtoend._start_controller(exits, args, served=served, url="unused")
+        monkeypatch.undo()
+        kubeconfig = next(a.removeprefix("--kubeconfig=") for a in command if "kubeconfig" in a)
+        configuration = client.Configuration()
+        await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        async with client.ApiClient(configuration) as api_client:
+            core = client.CoreV1Api(api_client)
+            await core.list_pod_for_all_namespaces()  # granted: the token authenticates
+            namespace = client.V1Namespace(metadata=client.V1ObjectMeta(name="not-gangqs"))
+            with pytest.raises(ApiException) as refused:
+                await core.create_namespace(namespace)
+    assert refused.value.status == 403
+    message = json.loads(refused.value.body)["message"]
+    assert f'User "{serviceaccount.USER}" cannot create resource "namespaces"' in message

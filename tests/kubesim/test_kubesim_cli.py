@@ -144,3 +144,16 @@ def test_cluster_up_refuses_more_split_nodes_than_nodes() -> None:
     assert "--partitioned-nodes plus --shared-nodes must not exceed --nodes (2 + 1 > 2)" in (
         result.stderr
     )
+
+
+def test_cluster_up_refuses_a_controller_kubeconfig_without_a_token(tmp_path: Path) -> None:
+    # Without a token no permission is checked: the ServiceAccount's kubeconfig would be admin.
+    controller = ["--controller-kubeconfig", str(tmp_path / "controller.kubeconfig")]
+    result = subprocess.run(
+        [sys.executable, "-c", COMMAND, "cluster", "up", *controller],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "--controller-kubeconfig needs --token" in result.stderr
