@@ -56,11 +56,11 @@ def smallest(job: PendingJob) -> PendingJob:
     return job if job.min_replicas is None else at_size(job, job.min_replicas)
 
 
-def _least_within_bound(job: PendingJob, *, runtime: float | None) -> int:
-    """The smallest size the job may start at whose run ends within its bound (the maximum
-    always does: its prediction is capped by the bound)."""
+def _least_within_bound(job: PendingJob) -> int:
+    """The smallest size the job may start at whose predicted run ends within its bound (the
+    maximum always does: its prediction is capped by the bound)."""
     low = job.min_replicas or job.replicas
-    bound = job.max_runtime_s
+    bound, runtime = job.max_runtime_s, job.predicted_runtime_s
     if bound is None or runtime is None:
         return low
     return next(
@@ -101,9 +101,10 @@ def start_size(
 ) -> Choice:
     """The size an elastic job is decided at this cycle, by these rules in order:
 
-    0. only sizes whose runtime (`runtime_at`, from the prediction at the maximum, else the
-       bound) ends within `max_runtime_s` count: `maxRuntimeSeconds` bounds wall time, and a
-       smaller size that needs longer would be stopped before its work is done;
+    0. only sizes whose predicted runtime (`runtime_at`, from the prediction at the maximum)
+       ends within `max_runtime_s` count: `maxRuntimeSeconds` bounds wall time, and a smaller
+       size predicted to need longer would be stopped before its work is done. Without a
+       prediction every size counts: the bound is a limit, not an estimate of the run;
     1. the largest of those sizes, from `replicas` down, that `fits` now; when none fits,
        the smallest of them (it waits as a gang of that size: what it may evict, or its
        backfill reservation when it heads its tier, is for that size);
@@ -116,8 +117,8 @@ def start_size(
        reservation makes) plus the runtime at the maximum; and also when the maximum has no
        predicted start. Else the job waits for its maximum.
     """
+    low = _least_within_bound(job)
     runtime = job.predicted_runtime_s if job.predicted_runtime_s is not None else job.max_runtime_s
-    low = _least_within_bound(job, runtime=runtime)
     size = next((s for s in range(job.replicas, low - 1, -1) if fits(s)), None)
     if size is None:
         return Choice(low)

@@ -245,3 +245,11 @@ def test_no_size_starts_that_its_bound_would_stop_before_its_work_is_done(
     assert _size(result) == size
     if message is not None:
         assert result.pending[KEY].message == message
+
+
+def test_without_a_prediction_the_bound_stops_no_size() -> None:
+    """The bound is a limit, not an estimate: a job with no history may start at 2 of 4 beside
+    two gangs without end, where the maximum never fits, whatever its bound."""
+    job = _elastic(predicted_runtime_s=None, max_runtime_s=HOUR)
+    result = _cycle(job, running=_busy("node-2", "node-3", ends_in_s=None))
+    assert _size(result) == 2
