@@ -58,10 +58,11 @@ def smallest(job: PendingJob) -> PendingJob:
 
 def _least_within_bound(job: PendingJob) -> int:
     """The smallest size the job may start at whose predicted run ends within its bound (the
-    maximum always does: its prediction is capped by the bound)."""
+    maximum always does: its prediction is capped by the bound). A prediction at the bound
+    says no more than the bound (it is what a job without history is predicted to run)."""
     low = job.min_replicas or job.replicas
     bound, runtime = job.max_runtime_s, job.predicted_runtime_s
-    if bound is None or runtime is None:
+    if bound is None or runtime is None or runtime >= bound:
         return low
     return next(
         (
@@ -104,7 +105,7 @@ def start_size(
     0. only sizes whose predicted runtime (`runtime_at`, from the prediction at the maximum)
        ends within `max_runtime_s` count: `maxRuntimeSeconds` bounds wall time, and a smaller
        size predicted to need longer would be stopped before its work is done. Without a
-       prediction every size counts: the bound is a limit, not an estimate of the run;
+       prediction below the bound every size counts: the bound is a limit, not an estimate;
     1. the largest of those sizes, from `replicas` down, that `fits` now; when none fits,
        the smallest of them (it waits as a gang of that size: what it may evict, or its
        backfill reservation when it heads its tier, is for that size);

@@ -247,9 +247,14 @@ def test_no_size_starts_that_its_bound_would_stop_before_its_work_is_done(
         assert result.pending[KEY].message == message
 
 
-def test_without_a_prediction_the_bound_stops_no_size() -> None:
-    """The bound is a limit, not an estimate: a job with no history may start at 2 of 4 beside
-    two gangs without end, where the maximum never fits, whatever its bound."""
-    job = _elastic(predicted_runtime_s=None, max_runtime_s=HOUR)
+@pytest.mark.parametrize(
+    "predicted_s", [pytest.param(None, id="none"), pytest.param(HOUR, id="the-bound")]
+)
+def test_without_a_prediction_below_the_bound_the_bound_stops_no_size(
+    predicted_s: float | None,
+) -> None:
+    """The bound is a limit, not an estimate (a job with no history is predicted to run to it):
+    the job may start at 2 of 4 beside two gangs without end, where the maximum never fits."""
+    job = _elastic(predicted_runtime_s=predicted_s, max_runtime_s=HOUR)
     result = _cycle(job, running=_busy("node-2", "node-3", ends_in_s=None))
     assert _size(result) == 2
