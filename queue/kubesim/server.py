@@ -115,7 +115,7 @@ class ApiServer:
                 authorization.Request(user or authorization.ADMIN, attributes, self.authorizer)
             )
             try:
-                return await self._route(request)
+                return await self._route(request, attributes)
             finally:
                 authorization.done(token)
         except status.ApiError as error:
@@ -153,7 +153,9 @@ class ApiServer:
         if not decision.allowed:
             raise authorization.forbidden(user, attributes, decision.reason)
 
-    async def _route(self, request: web.Request) -> web.StreamResponse:
+    async def _route(
+        self, request: web.Request, attributes: requestinfo.Attributes
+    ) -> web.StreamResponse:
         parts = [part for part in request.path.split("/") if part]
         if parts == ["version"]:
             return _json(discovery.VERSION, 200)
@@ -192,7 +194,7 @@ class ApiServer:
         if not rest:
             gv = f"{group}/{version}" if group else version
             return _json(discovery.resource_list(gv, served), 200)
-        return await self._resource(request, group, version, rest)
+        return await self._resource(request, group, version, rest, verb=attributes.verb)
 
     @staticmethod
     def _openapi(
@@ -255,16 +257,16 @@ class ApiServer:
         )
 
     async def _resource(
-        self, request: web.Request, group: str, version: str, rest: list[str]
+        self, request: web.Request, group: str, version: str, rest: list[str], *, verb: str
     ) -> web.StreamResponse:
-        is_watch = rest[0] == "watch"
-        target = self._target(group, version, rest[1:] if is_watch else rest)
+        """Serve `verb`, the one authorization decided on (`requestinfo.parse`): one reading
+        of the request, so what is served is what was authorized."""
+        target = self._target(group, version, rest[1:] if rest[0] == "watch" else rest)
         query = {
             key: value.lower() if key in _BOOLEAN_PARAMETERS else value
             for key, value in request.query.items()
         }
-        is_watch = is_watch or query.get("watch") in ("true", "1")
-        verb = self._verb(request.method, target, watch=is_watch)
+        is_watch = verb == "watch"
         self.faults.check(verb, target.rt.plural, name=target.name or "")
         delay = self.faults.delay_for(verb, target.rt.plural)
         if delay:
@@ -286,19 +288,6 @@ class ApiServer:
         self.requests.count(
             verb=verb, resource=target.rt.plural, subresource=target.subresource or "", code=code
         )
-
-    @staticmethod
-    def _verb(method: str, target: Target, *, watch: bool) -> str:
-        if watch:
-            return "watch"
-        collection = target.name is None
-        return {
-            "GET": "list" if collection else "get",
-            "POST": "create",
-            "PUT": "update",
-            "PATCH": "patch",
-            "DELETE": "deletecollection" if collection else "delete",
-        }.get(method, method.lower())
 
     async def _body(self, request: web.Request, rt: kinds.ResourceType) -> Any:
         raw = await request.read()

@@ -312,3 +312,22 @@ def test_request_attributes_come_from_the_url_as_upstream_parses_it(
 def test_discovery_paths_are_not_resource_requests(path: str) -> None:
     parsed = requestinfo.parse("GET", path, {})
     assert (parsed.resource_request, parsed.verb, parsed.path) == (False, "get", path)
+
+
+@pytest.mark.parametrize("flag", ["t", "TRUE", "1"])
+async def test_what_is_authorized_as_a_watch_is_served_as_one(
+    http: Http, worker: Http, flag: str
+) -> None:
+    """`watch` is read as Go's ParseBool reads it, once: a request authorized as a watch
+    streams events, and a ServiceAccount allowed only to list is refused it."""
+    code, _, _ = await http.request("POST", "/api/v1/namespaces", {"metadata": {"name": "team"}})
+    assert code == 201
+    events = await http.watch("/api/v1/namespaces", {"watch": flag, "timeoutSeconds": "1"})
+    assert {event["type"] for event in events} == {"ADDED"}
+    await _grant(http, [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list"]}])
+    assert (await worker.request("GET", "/api/v1/namespaces"))[0] == 200
+    code, body, _ = await worker.request(
+        "GET", "/api/v1/namespaces", params={"watch": flag, "timeoutSeconds": "1"}
+    )
+    assert (code, body["reason"]) == (403, "Forbidden")
+    assert "cannot watch resource" in body["message"]
