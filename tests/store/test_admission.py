@@ -361,10 +361,11 @@ async def test_an_unreachable_server_is_retried_then_reported(
     assert not await leader.Leadership(unreachable).try_acquire()
 
 
-async def test_preemption_marks_whole_victim_gangs_once(
-    database_url: str, session_factory: Sessions
+async def _serving_behind(
+    session_factory: Sessions, small: list[model.PendingJob], *, nominal: int
 ) -> None:
-    small = [job(f"ml-train/small-{i}", tier="small", devices_per_replica=8) for i in range(2)]
+    """Each small gang running on its own node (`node-0`, `node-1`, ...) for an hour, and a
+    1 x 8 prod-inference job of tenant `serving` (with `nominal`) queued behind them."""
     await _setup(session_factory, *small)
     async with session_factory() as session, session.begin():
         for index, gang in enumerate(small):
@@ -378,16 +379,19 @@ async def test_preemption_marks_whole_victim_gangs_once(
         await tenants.upsert_tenant(
             session,
             "serving",
-            (quota("serving", nominal=16, allowed_tiers=()),),
+            (quota("serving", nominal=nominal, allowed_tiers=()),),
             actor="admin",
             now=T0,
         )
-        await jobs.enqueue(
-            session,
-            [job("serving/llm", tenant="serving", tier="prod-inference", devices_per_replica=8)],
-            actor="test",
-            now=T0,
-        )
+        serving = job("serving/llm", tenant="serving", tier="prod-inference", devices_per_replica=8)
+        await jobs.enqueue(session, [serving], actor="test", now=T0)
+
+
+async def test_preemption_marks_whole_victim_gangs_once(
+    database_url: str, session_factory: Sessions
+) -> None:
+    small = [job(f"ml-train/small-{i}", tier="small", devices_per_replica=8) for i in range(2)]
+    await _serving_behind(session_factory, small, nominal=16)
     leadership, epoch = await _epoch(database_url)
     try:
         first = await _cycle(session_factory, epoch)
@@ -419,20 +423,7 @@ async def test_a_victim_brings_its_eviction_history_and_restart_into_its_next_vi
     small = dataclasses.replace(
         job("ml-train/small", tier="small", devices_per_replica=8), restart_s=120.0
     )
-    await _setup(session_factory, small)
-    async with session_factory() as session, session.begin():
-        await hold(
-            session, small.key, placement("node-0", *range(8)), at=T0 - 3600, phase="Running"
-        )
-        await tenants.upsert_tenant(
-            session,
-            "serving",
-            (quota("serving", nominal=8, allowed_tiers=()),),
-            actor="admin",
-            now=T0,
-        )
-        serving = job("serving/llm", tenant="serving", tier="prod-inference", devices_per_replica=8)
-        await jobs.enqueue(session, [serving], actor="test", now=T0)
+    await _serving_behind(session_factory, [small], nominal=8)
     leadership, epoch = await _epoch(database_url)
     try:
         result = await _cycle(session_factory, epoch, nodes=1)
@@ -489,20 +480,7 @@ async def test_a_victim_asked_first_stores_the_request_and_counts_its_loss_at_ev
     small = dataclasses.replace(
         job("ml-train/small", tier="small", devices_per_replica=8), checkpoint_grace_s=120.0
     )
-    await _setup(session_factory, small)
-    async with session_factory() as session, session.begin():
-        await hold(
-            session, small.key, placement("node-0", *range(8)), at=T0 - 3600, phase="Running"
-        )
-        await tenants.upsert_tenant(
-            session,
-            "serving",
-            (quota("serving", nominal=8, allowed_tiers=()),),
-            actor="admin",
-            now=T0,
-        )
-        serving = job("serving/llm", tenant="serving", tier="prod-inference", devices_per_replica=8)
-        await jobs.enqueue(session, [serving], actor="test", now=T0)
+    await _serving_behind(session_factory, [small], nominal=8)
     leadership, epoch = await _epoch(database_url)
     try:
         result = await _cycle(session_factory, epoch, nodes=1)
