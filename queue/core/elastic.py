@@ -1,10 +1,10 @@
-"""Elastic gangs at their start (rule 13): the size a job that may run at any size from
-`elastic.minReplicas` to `replicas` starts at, and how its runtime follows its size.
+"""Elastic gangs (rule 13): the size a job that may run at any size from `elastic.minReplicas`
+to `replicas` starts at, when a running one grows, what a shrink leaves, and how a runtime
+follows the size.
 
-Owns the size rule and the runtime model both the cycle and the simulator use. It places and
-admits nothing: the cycle tells it which sizes fit now and when the full size would start,
-and admits the chosen size as any other gang, all-or-nothing. Growing or shrinking a gang that
-runs is not decided here.
+Owns the size rules and the runtime model both the cycle and the simulator use. It places and
+admits nothing: the cycle tells it which sizes fit now and when the full size would start, and
+admits, grows or shrinks a gang all-or-nothing as it does any other.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import NamedTuple
 
-from gangq.queue.core.model import PendingJob
+from gangq.queue.core.model import PendingJob, RunningJob
 
 SCALING_EFFICIENCY = 1.0
 """The share of its work per device-second an elastic job keeps below its maximum size: 1.0,
@@ -135,3 +135,20 @@ def start_size(
     if small_end <= full_end:
         return Choice(size)
     return Choice(job.replicas, Waiting(size=size, small_end_at=small_end, full_end_at=full_end))
+
+
+def split(gang: RunningJob, keep: int) -> tuple[RunningJob, RunningJob]:
+    """A shrinking gang as the part that stays (replicas below `keep`, still running) and the
+    part that leaves (its devices coming free, as an evicting gang's do). The leaving part
+    takes the gang's borrowed devices first: a shrink returns borrowed use before nominal."""
+    leaving = tuple(p for p in gang.placement if p.replica >= keep)
+    leaving_count = sum(len(p.devices) for p in leaving)
+    given_back = min(gang.borrowed, leaving_count)
+    kept = dataclasses.replace(
+        gang,
+        placement=tuple(p for p in gang.placement if p.replica < keep),
+        borrowed=gang.borrowed - given_back,
+        is_evicting=False,
+        evicting_by=None,
+    )
+    return kept, dataclasses.replace(gang, placement=leaving, borrowed=given_back, is_evicting=True)

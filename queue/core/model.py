@@ -320,10 +320,20 @@ class RunningJob:
     lost_before_device_s: float = 0.0
     """Device-seconds of this job's work earlier evictions destroyed: they count against
     evicting it again, so one gang is not the cheapest victim over and over (rule 6)."""
+    min_replicas: int | None = None
+    """An elastic gang's `spec.elastic.minReplicas` (rule 13): a preemptor may shrink it down
+    to this many replicas (replica 0 always stays) instead of evicting it; None: it only
+    goes whole."""
 
     @property
     def device_count(self) -> int:
         return sum(len(replica.devices) for replica in self.placement)
+
+    @property
+    def size(self) -> int:
+        """The replicas it runs with: 0 to the highest it holds (a shrinking gang's leaving
+        part counts only its own, see `elastic.split`)."""
+        return max((replica.replica for replica in self.placement), default=-1) + 1
 
     def lost_work_device_s(self, now: float) -> float:
         """Device-seconds of work an eviction now destroys (rule 6): since the later of the
@@ -366,6 +376,25 @@ class Victim:
     """Work the eviction destroys (devices x time since the last checkpoint), for the ledger."""
     reclaim: bool = False
     """It goes only because the preemptor's tenant takes back nominal quota, not by tier."""
+    keep: int | None = None
+    """A shrink instead of an eviction (rule 13): the elastic gang keeps replicas 0 to
+    `keep` - 1, gives back the others and keeps running; None: evicted whole."""
+
+
+@dataclass(frozen=True, slots=True)
+class Grow:
+    """Whole replicas added to a running elastic gang (rule 13) on exactly these devices,
+    all-or-nothing like an admission; `placement` numbers them on from the gang's current
+    size, and `borrowed` devices of them exceed the tenant's nominal quota."""
+
+    job: JobKey
+    placement: tuple[ReplicaPlacement, ...]
+    borrowed: int = 0
+
+    @property
+    def size(self) -> int:
+        """The replicas the gang runs with once grown."""
+        return max(replica.replica for replica in self.placement) + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,6 +427,10 @@ class Snapshot:
     quotas: tuple[TenantQuota, ...] = ()
     running: tuple[RunningJob, ...] = ()
     pending: tuple[PendingJob, ...] = ()
+    growable: tuple[PendingJob, ...] = ()
+    """Running elastic gangs below their maximum that may grow (neither evicting, shrinking nor
+    growing), each as the job at its maximum (`elastic.growable`): the cycle adds replicas
+    after every queued job is decided, on devices none of them can use (rule 13)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,6 +472,7 @@ class CycleResult:
     reservations: tuple[BackfillReservation, ...] = ()
     order: tuple[JobKey, ...] = ()
     """Every pending job of the snapshot in the order the cycle considered them."""
+    grows: tuple[Grow, ...] = ()
     decide_again_at: float | None = None
     """The first instant a reclaim that waits now would pay (rule 6): the time alone changes
     a decision then, with no event in between (a simulator wakes up for it)."""
