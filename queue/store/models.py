@@ -168,6 +168,12 @@ class JobRow(Base):
     size: Mapped[int | None] = mapped_column(Integer)
     """Replicas its latest admission placed (an elastic job may start below `replicas`),
     kept once it ends; NULL until admitted and while queued again."""
+    shrink_to: Mapped[int | None] = mapped_column(Integer)
+    """The replicas a gang chosen to shrink keeps (rule 13); with `evicting` set it is a
+    shrink, not an eviction. NULL: not shrinking."""
+    grown_from: Mapped[int | None] = mapped_column(Integer)
+    """The size a grow under way started from (rule 13): its replicas from this one on are
+    being added, and are released together once all exist. NULL: no grow under way."""
 
     __table_args__ = (
         CheckConstraint(f"phase IN ({_quoted(PHASES)})", name="phase_known"),
@@ -181,6 +187,8 @@ class JobRow(Base):
             name="min_replicas_in_range",
         ),
         CheckConstraint("size IS NULL OR size > 0", name="size_positive"),
+        CheckConstraint("shrink_to IS NULL OR shrink_to > 0", name="shrink_to_positive"),
+        CheckConstraint("grown_from IS NULL OR grown_from > 0", name="grown_from_positive"),
         CheckConstraint("devices_per_replica > 0", name="devices_per_replica_positive"),
         CheckConstraint("borrowed >= 0", name="borrowed_not_negative"),
         CheckConstraint("lost_device_s >= 0", name="lost_not_negative"),
