@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core import cycle, model
 from gangq.queue.core.cel import DeviceMatcher
-from gangq.queue.store import events, leader, reservations, runs, snapshot, timestamps
+from gangq.queue.store import events, grows, leader, reservations, runs, snapshot, timestamps
 from gangq.queue.store.errors import StoreError
 from gangq.queue.store.models import EventKind
 
@@ -346,6 +346,14 @@ async def cycle_in_transaction(
         session,
         result.admissions,
         queued=loaded.pending,
+        inventory=inventory,
+        now=now,
+        actor=actor,
+    )
+    await grows.write(
+        session,
+        result.grows,
+        holding=loaded.holding,
         inventory=inventory,
         now=now,
         actor=actor,

@@ -119,6 +119,8 @@ class JobRecord:
     """`spec.elastic.minReplicas`: the least an elastic job runs at; None: not elastic."""
     size: int | None = None
     """Replicas its latest admission placed, kept once it ends; None while queued."""
+    grown_from: int | None = None
+    """The size a grow under way started from (rule 13): `size` is what it grows to."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,7 +377,7 @@ FINISH = text(
     f"""
     UPDATE jobs AS j
     SET phase = u.phase, finished_at = :at, evicting = false, checkpoint_requested_at = NULL,
-        evict_by = NULL, evicted_for = NULL, pending_code = u.code,
+        evict_by = NULL, evicted_for = NULL, grown_from = NULL, pending_code = u.code,
         pending_message = u.message, queue_position = NULL, reserved_start_at = NULL,
         reserved_nodes = NULL
     FROM unnest(CAST(:namespaces AS text[]), CAST(:names AS text[]), CAST(:phases AS text[]),
@@ -502,6 +504,7 @@ async def requeue(
         row.lost_device_s += lost_device_s
         details |= {"for": row.evicted_for, "lost_device_h": round(lost_device_s / 3600.0, 3)}
     row.phase, row.evicting, row.borrowed, row.size = QUEUED, False, 0, None
+    row.grown_from = None
     row.checkpoint_requested_at = row.evict_by = row.evicted_for = None
     row.admitted_at = row.started_at = row.reserved_start_at = row.reserved_nodes = None
     row.not_before = timestamps.to_datetime(at + backoff_s) if backoff_s > 0 else None
@@ -527,6 +530,7 @@ async def suspend(session: AsyncSession, key: str, *, at: float, actor: str, rea
     released = await reservations.release(session, [row.id], at=timestamps.to_datetime(at))
     freed = released[row.id]
     row.phase, row.evicting, row.borrowed, row.size = SUSPENDED, False, 0, None
+    row.grown_from = None
     row.checkpoint_requested_at = row.evict_by = row.evicted_for = None
     row.admitted_at = row.started_at = None
     row.pending_code = row.pending_message = None
@@ -578,6 +582,7 @@ class _RecordFields(Protocol):
     evicted_for: str | None
     min_replicas: int | None
     size: int | None
+    grown_from: int | None
 
 
 _RECORD_COLUMNS = tuple(getattr(JobRow, name) for name in _RecordFields.__annotations__)
@@ -624,6 +629,7 @@ def _record_view(row: _RecordFields) -> JobRecord:
         evicted_for=row.evicted_for,
         min_replicas=row.min_replicas,
         size=row.size,
+        grown_from=row.grown_from,
     )
 
 

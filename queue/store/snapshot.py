@@ -63,6 +63,8 @@ _COLUMNS = (
     JobRow.reserved_nodes,
     JobRow.checkpoint_requested_at,
     JobRow.evicted_for,
+    JobRow.shrink_to,
+    JobRow.grown_from,
 )
 """The columns the cycle reads; the last ones are what it stored for a queued job, which
 change with every move of the queue and make no part of a core view."""
@@ -182,6 +184,7 @@ def running_job(
         ),
         restart_s=stored.restart_s,
         lost_before_device_s=float(row.lost_device_s),
+        min_replicas=row.min_replicas,
     )
 
 
@@ -255,6 +258,39 @@ class Views:
         return pending, unreadable, tuple(found[2] for found in kept_running.values())
 
 
+def is_growable(row: JobColumns) -> bool:
+    """A running elastic gang below its maximum that nothing else resizes or ends now: its
+    pods all started (a gang still being built is not grown under its release), neither
+    evicting nor shrinking, and no grow of it under way (rule 13)."""
+    return (
+        row.started_at is not None
+        and row.min_replicas is not None
+        and row.size is not None
+        and row.size < row.replicas
+        and not row.evicting
+        and row.shrink_to is None
+        and row.grown_from is None
+    )
+
+
+def growable(
+    holding: Sequence[JobColumns], *, estimator: runs.Estimator | None
+) -> tuple[model.PendingJob, ...]:
+    """`Snapshot.growable`: each growable gang as its job at its maximum, the view a queued
+    row of it gets. A stored spec that cannot be read leaves the gang at its size: it runs,
+    and only its growth would need the spec."""
+    specs = SpecMemo()
+    found = []
+    for row in holding:
+        if not is_growable(row):
+            continue
+        try:
+            found.append(pending_job(row, specs=specs, estimator=estimator))
+        except InvalidInputError:
+            continue
+    return tuple(found)
+
+
 async def load(
     session: AsyncSession,
     inventory: model.Inventory,
@@ -277,6 +313,7 @@ async def load(
             quotas=quotas,
             running=running,
             pending=tuple(job for _, job in pending),
+            growable=growable(holding, estimator=estimator),
         ),
         queued=queued,
         holding={key_of(row): row for row in holding},
