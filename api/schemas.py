@@ -95,7 +95,13 @@ class JobOut(Schema):
     size: int | None = Field(
         default=None,
         description="replicas its latest admission placed, between minReplicas and "
-        "maxReplicas; kept once the job ends, null while it is queued",
+        "maxReplicas (while it grows, the replicas it runs at); kept once the job ends, null "
+        "while it is queued",
+    )
+    growing_to: int | None = Field(
+        default=None,
+        description="the size a grow under way takes the job to, once its added replicas "
+        "all run (PRODUCT rule 13); null when it is not growing",
     )
     devices_per_replica: int
     device_class_name: str
@@ -162,7 +168,8 @@ class JobOut(Schema):
             replicas=record.replicas,
             min_replicas=record.replicas if record.min_replicas is None else record.min_replicas,
             max_replicas=record.replicas,
-            size=record.size,
+            size=record.size if record.grown_from is None else record.grown_from,
+            growing_to=None if record.grown_from is None else record.size,
             devices_per_replica=record.devices_per_replica,
             device_class_name=record.device_class,
             phase=record.phase,

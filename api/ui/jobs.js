@@ -110,12 +110,13 @@ async function detail(namespace, name) {
 
 const FINISHED = ["Succeeded", "Failed"];
 
-// The replicas its latest admission placed of the most it runs at, and an elastic job's range
-// (PRODUCT rule 13): the same words as `gangq job`.
+// The replicas its latest admission placed of the most it runs at, an elastic job's range and
+// the size a grow under way takes it to (PRODUCT rule 13): the same words as `gangq job`.
 function size(job) {
   const placed = job.size == null ? "—" : `${job.size}/${job.maxReplicas} replicas`;
-  return job.minReplicas < job.maxReplicas
+  const ranged = job.minReplicas < job.maxReplicas
     ? `${placed} (elastic, ${job.minReplicas} to ${job.maxReplicas})` : placed;
+  return job.growingTo == null ? ranged : `${ranged}, growing to ${job.growingTo}`;
 }
 
 function replicaRange(job) {

@@ -158,6 +158,126 @@ class Actuator:
                 return None
         return await self._release(waiting, started=started)
 
+    async def grow(
+        self,
+        gang: lifecycle.Gang,
+        *,
+        added_from: int,
+        spec: Mapping[str, Any],
+        inventory: model.Inventory,
+        now: float,
+    ) -> float | None:
+        """Build the replicas a grow adds, from `added_from` on, as `build` builds a gang:
+        each claim -> allocation -> gated pod (told the new size), replicas concurrently; once
+        every added pod exists, all their gates are lifted in one round (rule 13: a grown
+        replica's claim is allocated before its pods are released). The running replicas
+        are not touched. Returns the release skew in seconds, None while incomplete."""
+        stale = [pod for replica, pod in gang.stale_pods.items() if replica >= added_from]
+        if stale:
+            # An earlier attempt's kept pods make way: the added ones take their names.
+            await asyncio.gather(
+                *(
+                    _delete(self.kube, resources.PODS, pod)
+                    for pod in stale
+                    if not (pod.get("metadata") or {}).get("deletionTimestamp")
+                )
+            )
+            return None
+        gated = await asyncio.gather(
+            *(
+                self._replica(
+                    gang, placement, spec=spec, inventory=inventory, now=now, with_pod=True
+                )
+                for placement in gang.placement
+                if placement.replica >= added_from
+            )
+        )
+        if any(names is None for names in gated):
+            logger.debug("gang %s: not every added replica is ready to release", gang.key)
+            return None
+        waiting = [name for names in gated if names for name in names]
+        if not waiting:
+            return None
+        return await self._release(waiting, started=time.monotonic())
+
+    async def tell_size(self, gang: lifecycle.Gang, *, size: int) -> bool:
+        """Annotate every live pod of the gang with `gangq.dev/size` (its containers read it
+        through the downward-API volume) where it shows another; True once all show it."""
+        live = [
+            pod
+            for pod in gang.pods.values()
+            if not lifecycle.is_terminated(pod)
+            and not (pod.get("metadata") or {}).get("deletionTimestamp")
+        ]
+        told = [
+            pod
+            for pod in live
+            if ((pod.get("metadata") or {}).get("annotations") or {}).get(objects.SIZE) != str(size)
+        ]
+        patch = {"metadata": {"annotations": {objects.SIZE: str(size)}}}
+
+        async def annotate(pod: Mapping[str, Any]) -> bool:
+            meta = pod.get("metadata") or {}
+            namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+            return await _tolerant(
+                lambda: self.kube.patch(resources.PODS, namespace, name, patch),
+                what=f"size annotation on Pod {namespace}/{name}",
+                ok=(),
+            )
+
+        return all(await asyncio.gather(*(annotate(pod) for pod in told)))
+
+    async def remove_replicas(
+        self, *, namespace: str, job: str, replicas: Sequence[int], gang: str
+    ) -> bool:
+        """Take these replicas of the gang away, pods (of any phase: their names are needed
+        again) before claims; True once the API server has neither left. Read from the API
+        server, not the caches: a claim a lagging cache misses still holds its devices, and
+        the caller releases them in the store once this says none is left."""
+        pods = await self._read_all(resources.PODS, namespace, job, replicas, gang=gang)
+        if pods:
+            await asyncio.gather(
+                *(
+                    _delete(self.kube, resources.PODS, pod)
+                    for pod in pods
+                    if not (pod.get("metadata") or {}).get("deletionTimestamp")
+                )
+            )
+            return False
+        claims = await self._read_all(
+            resources.RESOURCE_CLAIMS, namespace, job, replicas, gang=gang
+        )
+        if claims:
+            standing = [c for c in claims if not (c.get("metadata") or {}).get("deletionTimestamp")]
+            await asyncio.gather(
+                *(_delete(self.kube, resources.RESOURCE_CLAIMS, c) for c in standing)
+            )
+            await self._unprotect_all(claims)
+            return False
+        return True
+
+    async def _read_all(
+        self, resource: Resource, namespace: str, job: str, replicas: Sequence[int], *, gang: str
+    ) -> list[dict[str, Any]]:
+        """The objects `<job>-<replica>` of the gang the API server has."""
+
+        async def read(replica: int) -> dict[str, Any] | None:
+            name = objects.replica_name(job, replica)
+            try:
+                found = await retry.retrying(
+                    lambda: self.kube.get(resource, namespace, name),
+                    what=f"read of {resource.kind} {namespace}/{name}",
+                )
+            except KubeError as error:
+                if error.status == 404:
+                    return None
+                raise
+            labels = (found.get("metadata") or {}).get("labels") or {}
+            return found if labels.get(objects.GANG_LABEL) == gang else None
+
+        found = await asyncio.gather(*(read(replica) for replica in replicas))
+        return [obj for obj in found if obj is not None]
+
     async def _replica(
         self,
         gang: lifecycle.Gang,

@@ -13,6 +13,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -27,6 +28,7 @@ from gangq.queue.kube import (
     blame,
     cache,
     checkpoints,
+    growing,
     history,
     lifecycle,
     objects,
@@ -38,7 +40,16 @@ from gangq.queue.kube import (
 )
 from gangq.queue.kube.actuator import Actuator
 from gangq.queue.kube.client import KubeError
-from gangq.queue.store import jobs, leader, refusals, reservations, runs, snapshot, timestamps
+from gangq.queue.store import (
+    grows,
+    jobs,
+    leader,
+    refusals,
+    reservations,
+    runs,
+    snapshot,
+    timestamps,
+)
 
 logger = logging.getLogger(__name__)
 EVENTFUL = (
@@ -105,6 +116,13 @@ def _by_replica(objs: Iterable[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return found
 
 
+def _growth(row: snapshot.JobColumns, grown_at: Mapping[int, datetime]) -> lifecycle.Growth | None:
+    """The grow under way of a job's own gang, from its row (a scale-up gang never grows)."""
+    if row.grown_from is None or row.id not in grown_at:
+        return None
+    return lifecycle.Growth(row.grown_from, timestamps.to_unix(grown_at[row.id]))
+
+
 def _is_of(pod: dict[str, Any], admission: str) -> bool:
     """A pod belongs to this attempt (pods of an earlier gangq carry no attempt: theirs)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
@@ -143,6 +161,7 @@ class Gangs:
         """Gang uid -> replicas it keeps: the others are torn down, then released."""
         self._started: list[Held] = []
         self._ended: list[_Ended] = []
+        self.grows = growing.Grows(actuator=actuator, writes=writes, clock=clock, settings=settings)
 
     async def load(self, session: AsyncSession) -> list[Held]:
         """Every gang holding devices, as the store and the caches show it now."""
@@ -150,6 +169,9 @@ class Gangs:
         placements = await reservations.active_by_job(session)
         pods = self.view.by_gang(resources.PODS)
         claims = self.view.by_gang(resources.RESOURCE_CLAIMS)
+        grown_at = await grows.started_at(
+            session, [row.id for row in rows if row.grown_from is not None]
+        )
         held = []
         for row in rows:
             key = snapshot.key_of(row)
@@ -174,6 +196,7 @@ class Gangs:
                 pods=_by_replica([p for p in mine if _is_of(p, admission)]),
                 claims=_by_replica(claims.get(row.uid, {}).values()),
                 stale_pods=_by_replica([p for p in mine if not _is_of(p, admission)]),
+                growing=_growth(row, grown_at),
             )
             held.append(Held(row=row, placement=placement, gang=gang))
         return held
@@ -394,6 +417,11 @@ class Gangs:
                 spec = None
         record = records.get(gang.uid)
         context = self._context(held, spec, facts=facts, restarts=record.restarts if record else 0)
+        if gang.growing is not None:
+            # The step after the added replicas' startup deadline undoes the grow.
+            deadline = gang.growing.started_at_s + context.startup_timeout_s
+            if context.now < deadline:
+                self.deadlines[gang.uid] = deadline
         memo = (gang.uid, gang.admitted_at)
         keep = self.shrinking.get(gang.uid)
         ending = self.endings.get(memo)
@@ -414,6 +442,7 @@ class Gangs:
         ):
             context = await self._read_nodes(verdict, context)
             verdict = lifecycle.assess(gang, context)
+        verdict = self.grows.decided(gang, verdict)
         if verdict.action is lifecycle.Action.TEARDOWN:
             self.endings[memo] = verdict
         try:
@@ -474,6 +503,10 @@ class Gangs:
             await self._request_checkpoint(held)
         elif verdict.action is lifecycle.Action.TEARDOWN:
             await self._teardown(held, verdict, context=context)
+        elif verdict.action in growing.GROW_ACTIONS:
+            skew = await self.grows.carry_out(gang, verdict, inventory=inventory)
+            if skew is not None:
+                gangq_metrics.observe_release_skew(self.metrics, skew)
 
     async def _request_checkpoint(self, held: Held) -> None:
         """Ask the victim's pods for a checkpoint with the stored request time; the Event goes

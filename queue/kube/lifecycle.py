@@ -11,6 +11,7 @@ actuator carries the verdict out.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections.abc import Mapping
@@ -35,6 +36,14 @@ class Action(enum.StrEnum):
     one or its grace ends (rule 6); its devices stay reserved to it meanwhile."""
     RESTART_IN_PLACE = "restart_in_place"
     TEARDOWN = "teardown"
+    GROW = "grow"
+    """Create what the replicas a grow adds are missing (claims with allocation, gated pods);
+    release them together once all exist. The running replicas are left alone."""
+    GROWN = "grown"
+    """Every added replica is Ready: tell every pod the new size, then end the grow."""
+    UNDO_GROW = "undo_grow"
+    """The added replicas did not all come up: their pods, then their claims, go and their
+    devices are released; the gang keeps running at the size it grew from."""
 
 
 class Ending(enum.StrEnum):
@@ -46,6 +55,16 @@ class Ending(enum.StrEnum):
     FAILED = "failed"
     SUCCEEDED = "succeeded"
     DELETED = "deleted"
+
+
+@dataclass(frozen=True, slots=True)
+class Growth:
+    """A grow under way (rule 13): the gang's replicas from `from_size` on are being added."""
+
+    from_size: int
+    started_at_s: float
+    """When the grow was decided: its added replicas must be Ready within the job's
+    startup timeout from here."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +89,8 @@ class Gang:
     claims: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
     stale_pods: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
     """Pods an earlier attempt left (kept for their logs): deleted before this one's start."""
+    growing: Growth | None = None
+    """The grow under way; None when the gang is not growing."""
 
     @property
     def size(self) -> int:
@@ -376,6 +397,8 @@ def assess(gang: Gang, context: Context) -> Verdict:
         return Verdict(
             Action.TEARDOWN, ending=Ending.SUCCEEDED, reason="scaled down", cause="ScaledDown"
         )
+    if gang.growing is not None:
+        return _growing(gang, gang.growing, context)
     replicas = [p.replica for p in gang.placement]
     pods = [gang.pods.get(r) for r in replicas]
     # A gang that ran was released, even when none of its pods is left to show it (a taint
@@ -489,3 +512,61 @@ def _released(gang: Gang, context: Context, *, replicas: list[int]) -> Verdict:
         if context.now > context.admitted_at_s + context.startup_timeout_s:
             return _timeout(gang, context)
     return Verdict(Action.WAIT)
+
+
+def _growing(gang: Gang, growth: Growth, context: Context) -> Verdict:
+    """A growing gang: the replicas it ran with are judged as any running gang (a failure or
+    its end there is the whole gang's, torn down with the added replicas); the added ones,
+    whose pods may not exist yet, only decide the grow: built, released, done or undone."""
+    running = dataclasses.replace(
+        gang,
+        placement=tuple(p for p in gang.placement if p.replica < growth.from_size),
+        pods={r: pod for r, pod in gang.pods.items() if r < growth.from_size},
+        claims={r: claim for r, claim in gang.claims.items() if r < growth.from_size},
+        growing=None,
+    )
+    verdict = assess(running, context)
+    if verdict.action is not Action.WAIT:
+        return verdict
+    return _adding(gang, growth, context)
+
+
+def _added_failure(added: Gang, context: Context) -> ReplicaFailure | None:
+    """An added replica whose pod failed or is being deleted by someone else; one whose pod
+    is missing is only not built yet."""
+    for placement in added.placement:
+        pod = added.pods.get(placement.replica)
+        if pod is None:
+            continue
+        if phase(pod) == "Failed" or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            return pod_failure(added, placement.replica, pod, context)
+    return None
+
+
+def _adding(gang: Gang, growth: Growth, context: Context) -> Verdict:
+    """The added replicas: undone when one is lost, fails or is not Ready within the startup
+    timeout of the grow; built while one misses its claim or pod or is gated; grown once
+    all are Ready."""
+    added = dataclasses.replace(
+        gang, placement=tuple(p for p in gang.placement if p.replica >= growth.from_size)
+    )
+    problem = (
+        _claim_problem(added, released=False)
+        or _lost(added, context)
+        or _added_failure(added, context)
+    )
+    pods = [gang.pods.get(p.replica) for p in added.placement]
+    late = [p for p, pod in zip(added.placement, pods, strict=True) if not (pod and is_ready(pod))]
+    if problem is None and late and context.now > growth.started_at_s + context.startup_timeout_s:
+        message = f"not Ready within startupTimeoutSeconds={context.startup_timeout_s:.0f}"
+        problem = ReplicaFailure(late[0].replica, late[0].node, "StartupTimeout", message=message)
+    if problem is not None:
+        return Verdict(
+            Action.UNDO_GROW,
+            reason=f"grow to {gang.size} failed: {problem.describe()}",
+            cause=problem.cause,
+            failures=(problem,),
+        )
+    if any(pod is None or is_gated(pod) for pod in pods):
+        return Verdict(Action.GROW)
+    return Verdict(Action.WAIT if late else Action.GROWN)

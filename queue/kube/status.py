@@ -78,10 +78,20 @@ class Refusal:
     message: str
 
 
-def size(placement: tuple[model.ReplicaPlacement, ...], *, replicas: int) -> str:
+def size(
+    placement: tuple[model.ReplicaPlacement, ...], *, replicas: int, grown_from: int | None = None
+) -> str:
     """`status.size`, `3/4`: the replicas holding devices of the most the job runs at (rule
-    13: an elastic job may start below `spec.replicas`), one string for `kubectl get`."""
-    return f"{len(placement)}/{replicas}"
+    13: an elastic job may start below `spec.replicas`), one string for `kubectl get`. A
+    growing gang runs at the size it grows from until every added replica runs."""
+    return f"{len(placement) if grown_from is None else grown_from}/{replicas}"
+
+
+def growing(record: jobs.JobRecord) -> str | None:
+    """What a growing job's status and views say while its added replicas come up."""
+    if record.grown_from is None or record.size is None:
+        return None
+    return f"growing from {record.grown_from} to {record.size} replicas"
 
 
 def desired(
@@ -110,6 +120,9 @@ def desired(
     finished = record.phase in ("Succeeded", "Failed")
     if finished and record.outcome is not None:
         reason = record.outcome.message
+    grow = growing(record) if holding else None
+    if grow is not None and not reason:
+        reason = grow
     conditions = [
         _condition(
             "Admissible",
@@ -149,7 +162,9 @@ def desired(
         "queuePosition": record.position,
         "reason": reason,
         "placement": _placement(placement) if holding else [],
-        "size": size(placement, replicas=replicas) if holding else None,
+        "size": size(placement, replicas=replicas, grown_from=record.grown_from)
+        if holding
+        else None,
         "restarts": record.restarts,
         "preemptions": record.preemptions,
         "admittedAt": _stamp(record.admitted_at),

@@ -11,6 +11,7 @@ import time
 import api_scenario
 import pytest
 from api_scenario import CLUSTER_ADMIN, QUOTA_ADMIN, T0, VIEWER_A, VIEWER_B, hold_a_reservation
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue import cli
@@ -169,6 +170,15 @@ async def test_an_elastic_job_shows_the_size_it_started_at_and_its_range(
     assert code == 0
     assert "Size:      1/4 replicas (elastic, 1 to 4)" in out
     assert "Gang:      4 x 1 gpu.nvidia.com" in out
+    async with session_factory() as session, session.begin():
+        # as a grow from 1 to 2 replicas under way leaves the row (the store's grows.write)
+        await session.execute(
+            text("UPDATE jobs SET grown_from = size, size = 2 WHERE name = 'b-elastic'")
+        )
+    code, out, _ = await gangq(
+        capsys, "job", "team-b/b-elastic", "--server", server, "--token", VIEWER_B
+    )
+    assert "Size:      1/4 replicas (elastic, 1 to 4), growing to 2" in out
 
 
 async def test_errors_say_what_to_do(server: str, capsys: pytest.CaptureFixture[str]) -> None:

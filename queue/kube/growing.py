@@ -1,0 +1,136 @@
+"""Carrying out the grow of a running elastic gang (rule 13), from committed store state.
+
+Owns the three steps `lifecycle.assess` asks of a growing gang: build and release the added
+replicas, tell every pod the new size and end the grow in the store, or undo it (the added
+pods, then their claims, go; only then does the store release their devices, rule 1). An undo
+once decided is carried through: the pods it deletes must not read as replicas to build.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from gangq.queue.config import ControllerSettings
+from gangq.queue.core import model
+from gangq.queue.kube import lifecycle, retry
+from gangq.queue.kube.actuator import Actuator
+from gangq.queue.store import grows, leader
+
+logger = logging.getLogger(__name__)
+GROW_ACTIONS = frozenset(
+    {lifecycle.Action.GROW, lifecycle.Action.GROWN, lifecycle.Action.UNDO_GROW}
+)
+GROWN = "Grown"
+GROW_FAILED = "GrowFailed"
+"""Reasons of the Events a grow's end gets on its TrainingJob."""
+
+
+class Grows:
+    """The grow side of a leader step; its memory is the undos under way."""
+
+    def __init__(
+        self,
+        *,
+        actuator: Actuator,
+        writes: leader.Fenced,
+        clock: Callable[[], float],
+        settings: ControllerSettings,
+    ) -> None:
+        self.actuator = actuator
+        self.writes = writes
+        self.clock = clock
+        self.settings = settings
+        self.undoing: dict[tuple[str, float], lifecycle.Verdict] = {}
+        """Undos under way, by (gang uid, grow start): an undo never changes its mind."""
+
+    def decided(self, gang: lifecycle.Gang, verdict: lifecycle.Verdict) -> lifecycle.Verdict:
+        """The verdict to carry out: an undo decided earlier in this grow stands, unless the
+        whole gang is torn down (its teardown takes the added replicas too)."""
+        if gang.growing is None:
+            return verdict
+        memo = (gang.uid, gang.growing.started_at_s)
+        if verdict.action is lifecycle.Action.TEARDOWN:
+            self.undoing.pop(memo, None)
+            return verdict
+        if verdict.action is lifecycle.Action.UNDO_GROW:
+            self.undoing.setdefault(memo, verdict)
+        return self.undoing.get(memo, verdict)
+
+    async def carry_out(
+        self, gang: lifecycle.Gang, verdict: lifecycle.Verdict, *, inventory: model.Inventory
+    ) -> float | None:
+        """One pass of the verdict's step; returns the release skew of added replicas
+        released by this pass, None otherwise."""
+        growth = gang.growing
+        if growth is None or gang.job is None:
+            return None
+        if verdict.action is lifecycle.Action.GROW:
+            return await self._build(gang, growth, inventory=inventory)
+        if verdict.action is lifecycle.Action.GROWN:
+            await self._grown(gang, growth)
+        elif verdict.action is lifecycle.Action.UNDO_GROW:
+            await self._undo(gang, growth, verdict)
+        return None
+
+    async def _build(
+        self, gang: lifecycle.Gang, growth: lifecycle.Growth, *, inventory: model.Inventory
+    ) -> float | None:
+        """Build and release the added replicas. A write the API server refuses for good
+        undoes the grow: the gang keeps running, and its job is not to blame (rule 14)."""
+        spec = dict((gang.job or {}).get("spec") or {})
+        with retry.collecting() as refused:
+            skew = await self.actuator.grow(
+                gang, added_from=growth.from_size, spec=spec, inventory=inventory, now=self.clock()
+            )
+        if refused:
+            reason = (
+                f"grow to {gang.size} failed: the API server refused {'; '.join(refused.messages)}"
+            )
+            logger.warning("gang %s: %s", gang.key, reason)
+            verdict = lifecycle.Verdict(lifecycle.Action.UNDO_GROW, reason=reason)
+            self.undoing[(gang.uid, growth.started_at_s)] = verdict
+        return skew
+
+    async def _grown(self, gang: lifecycle.Gang, growth: lifecycle.Growth) -> None:
+        """Every pod is told the new size first, then the store ends the grow: a leader that
+        stops in between tells the rest and ends it."""
+        if not await self.actuator.tell_size(gang, size=gang.size):
+            return
+        async with self.writes.transaction(changing=[gang.uid]) as session:
+            ended = await grows.finish(
+                session,
+                gang.key,
+                grown_from=growth.from_size,
+                at=self.clock(),
+                actor=self.settings.actor,
+            )
+        if ended and gang.job is not None:
+            message = f"grew from {growth.from_size} to {gang.size} replicas"
+            await self.actuator.event(gang.job, GROWN, message, warning=False)
+            logger.info("gang %s %s", gang.key, message)
+
+    async def _undo(
+        self, gang: lifecycle.Gang, growth: lifecycle.Growth, verdict: lifecycle.Verdict
+    ) -> None:
+        namespace = gang.key.partition("/")[0]
+        added = [p.replica for p in gang.placement if p.replica >= growth.from_size]
+        gone = await self.actuator.remove_replicas(
+            namespace=namespace, job=gang.name, replicas=added, gang=gang.uid
+        )
+        if not gone:
+            return
+        async with self.writes.transaction(changing=[gang.uid]) as session:
+            freed = await grows.undo(
+                session,
+                gang.key,
+                grown_from=growth.from_size,
+                at=self.clock(),
+                actor=self.settings.actor,
+                reason=verdict.reason,
+            )
+        self.undoing.pop((gang.uid, growth.started_at_s), None)
+        if freed and gang.job is not None:
+            message = f"{verdict.reason}; running on at {growth.from_size} replicas"
+            await self.actuator.event(gang.job, GROW_FAILED, message, warning=True)
+            logger.info("gang %s: %s", gang.key, message)
