@@ -257,6 +257,7 @@ class Gangs:
         facts = _facts_of(inventory)
         limit = asyncio.Semaphore(DRIVES_IN_FLIGHT)
         self._started, self._ended = [], []
+        self.grows.undone = {}
 
         async def drive(h: Held) -> None:
             async with limit:

@@ -43,6 +43,9 @@ class Grows:
         self.settings = settings
         self.undoing: dict[tuple[str, float], lifecycle.Verdict] = {}
         """Undos under way, by (gang uid, grow start): an undo never changes its mind."""
+        self.undone: dict[str, int] = {}
+        """Gang uid -> the size it runs on at, for the grows this step undid: the placement
+        the step read holds the added replicas still, the status must not show them."""
 
     def decided(self, gang: lifecycle.Gang, verdict: lifecycle.Verdict) -> lifecycle.Verdict:
         """The verdict to carry out: an undo decided earlier in this grow stands, unless the
@@ -130,6 +133,7 @@ class Grows:
                 reason=verdict.reason,
             )
         self.undoing.pop((gang.uid, growth.started_at_s), None)
+        self.undone[gang.uid] = growth.from_size
         if freed and gang.job is not None:
             message = f"{verdict.reason}; running on at {growth.from_size} replicas"
             await self.actuator.event(gang.job, GROW_FAILED, message, warning=True)

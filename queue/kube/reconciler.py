@@ -500,12 +500,16 @@ class Reconciler:
     def _held_by_job(
         self, held: list[gangs.Held]
     ) -> tuple[dict[str, tuple[model.ReplicaPlacement, ...]], dict[str, int]]:
-        """Per job uid, its replicas' placement (scale-up gangs included) by replica, and
-        the largest release skew of its gangs."""
+        """Per job uid, its replicas' placement (scale-up gangs included, the replicas of a
+        grow this step undid left out) by replica, and the largest release skew of its
+        gangs."""
         placements: dict[str, list[model.ReplicaPlacement]] = defaultdict(list)
         skews: dict[str, int] = {}
         for h in held:
-            placements[h.gang.job_uid].extend(h.placement)
+            kept = self.gangs.grows.undone.get(h.row.uid)
+            placements[h.gang.job_uid].extend(
+                h.placement if kept is None else (p for p in h.placement if p.replica < kept)
+            )
             if h.row.uid in self.gangs.skews_ms:
                 skews[h.gang.job_uid] = max(
                     skews.get(h.gang.job_uid, 0), self.gangs.skews_ms[h.row.uid]

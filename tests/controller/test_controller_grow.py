@@ -29,7 +29,8 @@ from tests.controller import bad_input
 from tests.controller.conftest import Harness, running_harness, training_job, wait_for
 
 FOUR_NODES = Inventory(nodes=4, gpus_per_node=8, racks=2)
-WATCHED = {"/pods", "resource.k8s.io/resourceclaims", "/services", "gangq.dev/trainingjobs"}
+JOBS = "gangq.dev/trainingjobs"
+WATCHED = {"/pods", "resource.k8s.io/resourceclaims", "/services", JOBS}
 
 
 @pytest.fixture
@@ -106,9 +107,11 @@ async def _free_nodes(harness: Harness) -> list[str]:
     raise AssertionError("the deleted gang's devices were not released")
 
 
-async def _grow(harness: Harness, job: str) -> list[str]:
+async def _grow(harness: Harness, job: str, *, leader: str) -> list[str]:
     """Store a grow of `job` from 2 to 4 replicas on two free nodes, as the cycle stores the
-    core's; returns the nodes of replicas 2 and 3."""
+    core's, with the controller `leader` stopped: the cycle stores its grows before the
+    step reads the gangs back, never in the middle of that read. Returns the nodes of
+    replicas 2 and 3."""
     nodes = (await _free_nodes(harness))[:2]
     pool = {n: sorted(d for d in _published(harness) if d.split("/")[1] == n) for n in nodes}
     grow = model.Grow(
@@ -119,8 +122,9 @@ async def _grow(harness: Harness, job: str) -> list[str]:
         ),
         borrowed=16,
     )
-    inventory = next(iter(harness.runs.values()))[2].inventory()
+    inventory = harness.runs[leader][2].inventory()
     assert inventory is not None
+    await harness.stop(leader)
     async with database.session_factory(harness.engine)() as session, session.begin():
         holding = {snapshot.key_of(r): r for r in await snapshot.holding_rows(session)}
         stored = await grows.write(
@@ -198,6 +202,18 @@ async def _until_released(harness: Harness, job: str) -> None:
     raise AssertionError(f"{job} still holds devices")
 
 
+def _watch_sizes(harness: Harness, job: str) -> list[object]:
+    """Every `status.size` the TrainingJob `job` shows from now on."""
+    shown: list[object] = []
+
+    def on_job(event: Event) -> None:
+        if event.resource == JOBS and event.object["metadata"]["name"] == job:
+            shown.append((event.object.get("status") or {}).get("size"))
+
+    harness.cluster.registry.storage.listeners.append(on_job)
+    return shown
+
+
 def _watch_added_releases(harness: Harness, job: str) -> list[list[str]]:
     """Every moment an added pod of `job` (replica 2 or 3) ran ungated while the other was
     missing: the added replicas are released together."""
@@ -223,7 +239,8 @@ async def test_a_gang_grows_to_its_maximum_with_the_added_replicas_released_toge
     first = {r: p["metadata"]["uid"] for r, p in _pods(harness, "elastic").items()}
     *_, borrowed = await _row(harness, "elastic")
     partial = _watch_added_releases(harness, "elastic")
-    nodes = await _grow(harness, "elastic")
+    nodes = await _grow(harness, "elastic", leader="a")
+    harness.start("b")
     await wait_for(lambda: _size(harness, "elastic") == "4/4")
 
     pods = _pods(harness, "elastic")
@@ -266,7 +283,9 @@ async def test_a_grow_whose_replicas_never_become_ready_is_undone(wide: Harness)
     for node in await _free_nodes(harness):
         taint = {"key": "maintenance", "effect": "NoSchedule"}
         await harness.kube.patch(resources.NODES, "", node, {"spec": {"taints": [taint]}})
-    await _grow(harness, "elastic")
+    sizes = _watch_sizes(harness, "elastic")
+    await _grow(harness, "elastic", leader="a")
+    harness.start("b")
     await wait_for(lambda: sorted(_pods(harness, "elastic")) == [0, 1, 2, 3])
     assert bad_input.status_of(harness, "elastic", "ml-train")["size"] == "2/4"
     await wait_for(lambda: bad_input.kube_events(harness, "elastic", "ml-train", "GrowFailed"))
@@ -280,6 +299,7 @@ async def test_a_grow_whose_replicas_never_become_ready_is_undone(wide: Harness)
     assert "not Ready within startupTimeoutSeconds=3" in event["message"]
     assert harness.phase("elastic") == "Running"
     await wait_for(lambda: _size(harness, "elastic") == "2/4")
+    assert "4/4" not in sizes, f"an undone grow showed as done: {sizes}"
 
 
 async def _grown_after_crash(harness: Harness, job: str, *, index: int, borrowed: int) -> None:
@@ -307,13 +327,13 @@ async def _grown_after_crash(harness: Harness, job: str, *, index: int, borrowed
 
 async def _grow_with_crash_at(harness: Harness, index: int) -> bool:
     """A gang at 2 of 4 grows; the controller is killed right after the `index`-th cluster
-    write in its namespace after the grow is stored, then a new one takes over. False when
+    write in its namespace once the grow is stored, then a new one takes over. False when
     the grow took fewer writes."""
     job = f"grow-{index}"
     harness.start("setup")
     await _running_at_two(harness, job)
     *_, borrowed = await _row(harness, job)
-    await harness.stop("setup")
+    await _grow(harness, job, leader="setup")
     doubles: list[str] = []
     seen = 0
     fired = asyncio.Event()
@@ -332,10 +352,8 @@ async def _grow_with_crash_at(harness: Harness, index: int) -> bool:
             harness.runs[holder][0].cancel()
 
     listeners = harness.cluster.registry.storage.listeners
-    harness.start(holder)
-    await wait_for(harness.runs[holder][2].synced.is_set)
-    await _grow(harness, job)
     listeners.append(on_event)
+    harness.start(holder)
     survivor = holder
     try:
         await wait_for(lambda: fired.is_set() or _size(harness, job) == "4/4")
