@@ -6,10 +6,11 @@ Phases: (1) set aside invalid jobs and jobs that can never fit (module `feasibil
 the rest (rule 4); (2) for each job check quota, then placement (respecting backfill holds),
 then preemption (an elastic victim shrinks rather than goes, module `preemptor`), then a
 reservation for the first blocked job of its tier; (3) record an admission, a victim set or a
-pending reason; (4) number the pending; (5) grow running elastic gangs onto what is left. A borrowing job also
-leaves alone what tenants waiting within nominal are owed (modules `owed` and `borrowing`):
-without that, a reclaimed gang or the next borrower of a higher tier would take the devices
-back from the reclaimer in the next cycle, and reclaims would repeat forever.
+pending reason; (4) number the pending; (5) grow running elastic gangs onto what is left.
+A borrowing job also leaves alone what tenants waiting within nominal are owed (modules
+`owed` and `borrowing`): without that, a reclaimed gang or the next borrower of a higher tier
+would take the devices back from the reclaimer in the next cycle, and reclaims would repeat
+forever.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ NOW = 100_000.0
 HOUR = 3600.0
 QUOTAS = (builders.quota("team-a", 64), builders.quota("team-b", 64))
 KEY = JobKey("team-a/elastic")
+POLICY = Policy()
 
 
 def _job(**overrides: object) -> PendingJob:
@@ -85,7 +86,7 @@ def _cycle(
     growable: tuple[PendingJob, ...] = (),
     nodes: int = 4,
     quotas: tuple[TenantQuota, ...] = QUOTAS,
-    policy: Policy = Policy(),
+    policy: Policy = POLICY,
 ) -> CycleResult:
     snapshot = Snapshot(
         inventory=builders.cluster(nodes),
@@ -245,9 +246,7 @@ def test_a_shrinking_gangs_leaving_replicas_are_coming_free_and_the_rest_keeps_r
     result = _cycle(_prod(1), running=(kept, leaving))
     (preemption,) = result.preemptions
     assert preemption.victims == ()
-    assert [v.keep for v in _cycle(_prod(2), running=(kept, leaving)).preemptions[0].victims] == [
-        2
-    ]
+    assert [v.keep for v in _cycle(_prod(2), running=(kept, leaving)).preemptions[0].victims] == [2]
 
 
 def test_a_shrink_gives_back_borrowed_devices_first() -> None:
