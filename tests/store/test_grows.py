@@ -21,29 +21,36 @@ KEY = "ml-train/elastic"
 WIDE = inventory(4)
 
 
-async def _running_at_two(database_url: str, sessions: Sessions) -> None:
-    """4 x 8 at most, 2 at least: two nodes hold 2 replicas, which start."""
-    elastic = dataclasses.replace(
-        job(KEY, replicas=4, devices_per_replica=8), min_replicas=2, max_runtime_s=None
-    )
-    async with sessions() as session, session.begin():
-        await tenants.upsert_tenant(
-            session, "ml-train", (quota("ml-train", nominal=16),), actor="admin", now=T0
-        )
-        await jobs.enqueue(session, [elastic], actor="test", now=T0)
+async def _cycle(
+    database_url: str, sessions: Sessions, cluster: model.Inventory, *, now: float
+) -> model.CycleResult:
     leadership = leader.Leadership(database_url, holder="test")
     assert await leadership.try_acquire() and leadership.epoch is not None
     try:
-        result = await admission.run(
+        return await admission.run(
             sessions,
-            inventory(2),
+            cluster,
             policy=POLICY,
-            now=T0 + 10,
+            now=now,
             matcher=DeviceMatcher(),
             epoch=leadership.epoch,
         )
     finally:
         await leadership.release()
+
+
+async def _running_at_two(database_url: str, sessions: Sessions) -> None:
+    """4 x 8 at most, 2 at least, without a runtime bound: two nodes hold 2 replicas, which
+    start."""
+    elastic = dataclasses.replace(
+        job(KEY, replicas=4, devices_per_replica=8), min_replicas=2, max_runtime_s=None
+    )
+    async with sessions() as session, session.begin():
+        await tenants.upsert_tenant(
+            session, "ml-train", (quota("ml-train", nominal=32),), actor="admin", now=T0
+        )
+        await jobs.enqueue(session, [elastic], actor="test", now=T0)
+    result = await _cycle(database_url, sessions, inventory(2), now=T0 + 10)
     assert [len(a.placement) for a in result.admissions] == [2]
     async with sessions() as session, session.begin():
         await jobs.start_all(session, [jobs.Start(KEY)], at=T0 + 20, actor="controller")
@@ -229,3 +236,22 @@ async def test_a_gang_queued_again_while_growing_is_queued_without_its_grow(
         detail = await jobs.get_job(session, KEY)
     assert detail is not None
     assert (detail.job.size, detail.job.grown_from, detail.placement) == (None, None, ())
+
+
+async def test_the_cycle_stores_the_cores_grow_in_its_transaction(
+    database_url: str, session_factory: Sessions
+) -> None:
+    """Two more nodes come: the cycle grows the gang without end onto them, and what it
+    decided is what the store holds."""
+    await _running_at_two(database_url, session_factory)
+    result = await _cycle(database_url, session_factory, WIDE, now=T0 + 30)
+    (grow,) = result.grows
+    assert grow.job == KEY and [p.replica for p in grow.placement] == [2, 3]
+    async with session_factory() as session:
+        detail = await jobs.get_job(session, KEY)
+    assert detail is not None
+    assert (detail.job.size, detail.job.grown_from, detail.job.borrowed) == (4, 2, grow.borrowed)
+    assert detail.placement[2:] == grow.placement
+    assert detail.history[-1].reason.startswith("growing from 2 to 4 replicas")
+    again = await _cycle(database_url, session_factory, WIDE, now=T0 + 40)
+    assert again.grows == (), "a growing gang is not grown again"
