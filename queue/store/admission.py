@@ -362,14 +362,15 @@ async def cycle_in_transaction(
         session, result.preemptions, holding=loaded.holding, now=now, actor=actor
     )
     await _write_pending(session, result, loaded=loaded, now=now, actor=actor)
-    # An idle cycle (nothing admitted or preempted) runs every few seconds: DEBUG.
+    # An idle cycle (nothing admitted, preempted or grown) runs every few seconds: DEBUG.
     logger.log(
-        logging.INFO if result.admissions or result.preemptions else logging.DEBUG,
-        "cycle at %.0f (epoch %d): %d admitted, %d preempting, %d pending",
+        logging.INFO if result.admissions or result.preemptions or result.grows else logging.DEBUG,
+        "cycle at %.0f (epoch %d): %d admitted, %d preempting, %d growing, %d pending",
         now,
         epoch,
         len(result.admissions),
         len(result.preemptions),
+        len(result.grows),
         len(result.pending),
     )
     return result
