@@ -21,7 +21,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gangq.queue.core import model
-from gangq.queue.kube import lifecycle, objects, resources
+from gangq.queue.kube import growing, lifecycle, objects, resources
 from gangq.queue.kubesim import kinds
 from gangq.queue.kubesim.cluster import Inventory
 from gangq.queue.kubesim.storage import Event
@@ -347,19 +347,40 @@ async def _grown_after_crash(harness: Harness, job: str, *, index: int, borrowed
     assert await _active_replicas(harness, job) == [0, 1, 2, 3], where
 
 
-async def _grow_with_crash_at(harness: Harness, index: int) -> bool:
+async def _undone_after_crash(harness: Harness, job: str, *, index: int, before: object) -> None:
+    """The gang runs on at 2 with nothing of the grow left: neither pods nor claims of the
+    added replicas, and the store holds what it held before the grow."""
+    where = f"crash at write {index}"
+    for _ in range(750):
+        if await _row(harness, job) == before and sorted(_claims(harness, job)) == [0, 1]:
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError(f"{where}: {await _state(harness, job)}")
+    assert sorted(_pods(harness, job)) == [0, 1], f"{where}: {await _state(harness, job)}"
+    assert await _active_replicas(harness, job) == [0, 1], where
+    await wait_for(lambda: _size(harness, job) == "2/4")
+
+
+async def _grow_with_crash_at(harness: Harness, index: int, *, undone: bool) -> bool:
     """A gang at 2 of 4 grows; the controller is killed right after the `index`-th cluster
-    write in its namespace once the grow is stored, then a new one takes over. False when
-    the grow took fewer writes."""
-    job = f"grow-{index}"
+    write in its namespace once the grow is stored, then a new one takes over. With `undone`
+    the added replicas' nodes are tainted so that their pods never start, and the grow is
+    undone after its startup timeout. False when the grow took fewer writes."""
+    job = f"{'undo' if undone else 'grow'}-{index}"
+    spec = {"startupTimeoutSeconds": 2} if undone else {}
     harness.start("setup")
-    await _delete(harness, await _running_at_two(harness, job, **NOT_GROWN_BY_THE_CYCLE))
-    *_, borrowed = await _row(harness, job)
+    await _delete(harness, await _running_at_two(harness, job, **spec, **NOT_GROWN_BY_THE_CYCLE))
+    before = await _row(harness, job)
+    tainted = await _free_nodes(harness) if undone else []
+    for node in tainted:
+        taint = {"key": "maintenance", "effect": "NoSchedule"}
+        await harness.kube.patch(resources.NODES, "", node, {"spec": {"taints": [taint]}})
     await _grow(harness, job, leader="setup")
     doubles: list[str] = []
     seen = 0
     fired = asyncio.Event()
-    holder = f"crash-{index}"
+    holder = f"crash-{job}"
 
     def on_event(event: Event) -> None:
         nonlocal seen
@@ -373,20 +394,30 @@ async def _grow_with_crash_at(harness: Harness, index: int) -> bool:
             fired.set()
             harness.runs[holder][0].cancel()
 
+    def settled() -> bool:
+        if undone:
+            return bool(bad_input.kube_events(harness, job, "ml-train", growing.GROW_FAILED))
+        return _size(harness, job) == "4/4"
+
     listeners = harness.cluster.registry.storage.listeners
     listeners.append(on_event)
     harness.start(holder)
     survivor = holder
     try:
-        await wait_for(lambda: fired.is_set() or _size(harness, job) == "4/4")
+        await wait_for(lambda: fired.is_set() or settled())
         if fired.is_set():
             await harness.kill(holder)
             survivor = f"{holder}-again"
             harness.start(survivor)
-        await _grown_after_crash(harness, job, index=index, borrowed=borrowed)
+        if undone:
+            await _undone_after_crash(harness, job, index=index, before=before)
+        else:
+            await _grown_after_crash(harness, job, index=index, borrowed=before[-1])
         assert not doubles, f"devices allocated twice after a crash at write {index}: {doubles}"
     finally:
         listeners.remove(on_event)
+    for node in tainted:
+        await harness.kube.patch(resources.NODES, "", node, {"spec": {"taints": []}})
     await harness.kube.delete(resources.TRAINING_JOBS, "ml-train", job)
     await wait_for(lambda: not _claims(harness, job) and harness.job(job) is None)
     await _until_released(harness, job)
@@ -394,13 +425,14 @@ async def _grow_with_crash_at(harness: Harness, index: int) -> bool:
     return fired.is_set()
 
 
-async def test_a_crash_at_any_write_of_a_grow_converges_to_the_grown_gang(
-    wide: Harness,
-) -> None:
+@pytest.mark.parametrize("undone", [False, True], ids=["grown", "undone"])
+async def test_a_crash_at_any_write_of_a_grow_converges(wide: Harness, undone: bool) -> None:
+    """After the restart the gang runs at its new size with every pod released, or, when
+    its grow is undone, at its old size with nothing of the grow left; the store's
+    reservations match the claims and no device is in two allocated claims."""
     index = 1
-    while await _grow_with_crash_at(wide, index):
+    while await _grow_with_crash_at(wide, index, undone=undone):
         index += 1
-    print(f"a grow took {index - 1} writes")
     assert index > 8, "a grow of two replicas takes more than eight writes"
     async with wide.engine.connect() as connection:
         active = await connection.scalar(
