@@ -309,6 +309,12 @@ async def test_a_grow_whose_replicas_never_become_ready_is_undone(wide: Harness)
     await _grow(harness, "elastic", leader="a")
     harness.start("b")
     await wait_for(lambda: sorted(_pods(harness, "elastic")) == [0, 1, 2, 3])
+    await wait_for(
+        lambda: (
+            bad_input.status_of(harness, "elastic", "ml-train").get("reason")
+            == "growing from 2 to 4 replicas"
+        )
+    )
     assert bad_input.status_of(harness, "elastic", "ml-train")["size"] == "2/4"
     await wait_for(lambda: bad_input.kube_events(harness, "elastic", "ml-train", "GrowFailed"))
 
@@ -322,6 +328,30 @@ async def test_a_grow_whose_replicas_never_become_ready_is_undone(wide: Harness)
     assert harness.phase("elastic") == "Running"
     await wait_for(lambda: _size(harness, "elastic") == "2/4")
     assert "4/4" not in sizes, f"an undone grow showed as done: {sizes}"
+
+
+async def test_a_growing_gang_whose_job_is_deleted_is_torn_down_whole(wide: Harness) -> None:
+    """The added pods cannot start (their nodes are tainted); the TrainingJob is deleted
+    meanwhile: every pod and claim of the gang goes, the added ones too, and the store
+    releases all its devices."""
+    harness = wide
+    harness.start()
+    blocker = await _running_at_two(harness, "elastic", **NOT_GROWN_BY_THE_CYCLE)
+    await _delete(harness, blocker)
+    for node in await _free_nodes(harness):
+        taint = {"key": "maintenance", "effect": "NoSchedule"}
+        await harness.kube.patch(resources.NODES, "", node, {"spec": {"taints": [taint]}})
+    await _grow(harness, "elastic", leader="a")
+    harness.start("b")
+    await wait_for(lambda: sorted(_claims(harness, "elastic")) == [0, 1, 2, 3])
+    await wait_for(lambda: sorted(_pods(harness, "elastic")) == [0, 1, 2, 3])
+    await harness.kube.delete(resources.TRAINING_JOBS, "ml-train", "elastic")
+    await wait_for(lambda: not _claims(harness, "elastic") and not _pods(harness, "elastic"))
+    await _until_released(harness, "elastic")
+    async with harness.engine.connect() as connection:
+        query = text("SELECT phase, grown_from FROM jobs WHERE name = 'elastic'")
+        phase, grown_from = (await connection.execute(query)).one()
+    assert (phase, grown_from) == ("Failed", None)
 
 
 async def _grown_after_crash(harness: Harness, job: str, *, index: int, borrowed: int) -> None:
