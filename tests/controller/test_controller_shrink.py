@@ -20,8 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gangq.queue.core import model
 from gangq.queue.kube import checkpoints, objects, resources, status
+from gangq.queue.kubesim import kinds
 from gangq.queue.kubesim.cluster import Inventory
-from gangq.queue.kubesim.storage import Event
+from gangq.queue.kubesim.storage import DELETED, Event
 from gangq.queue.store import admission, database, jobs, reservations, snapshot
 from gangq.queue.store.models import JobRow
 from tests.controller import bad_input
@@ -212,14 +213,40 @@ async def test_a_gang_that_does_not_answer_shrinks_when_its_grace_ends(
     )
 
 
+def _deletions(harness: Harness) -> dict[tuple[str, str], float]:
+    """When each pod and claim of the job left the API server, by (kind, name), as it happens."""
+    gone: dict[tuple[str, str], float] = {}
+
+    def on_event(event: Event) -> None:
+        name = str(event.object["metadata"]["name"])
+        if event.type == DELETED and name.startswith("elastic-"):
+            gone[(event.resource, name)] = time.time()
+
+    harness.cluster.registry.storage.listeners.append(on_event)
+    return gone
+
+
 async def test_a_gang_without_grace_shrinks_at_once(wide: Harness, engine: AsyncEngine) -> None:
+    """And in order (rule 13): the leaving pods are gone before their claims are deleted, and
+    the claims before the store gives their devices back."""
     harness = wide
     harness.start()
     started = await _run_elastic(harness)
     kept = {n: p["metadata"]["uid"] for n, p in _pods(harness).items() if n < "elastic-2"}
+    gone = _deletions(harness)
     decided = await _shrink(engine)
     await wait_for(lambda: _shrunk(harness), within_s=10)
     done = time.time()
+    pods_gone = max(gone[(kinds.PODS.key, f"elastic-{r}")] for r in (2, 3))
+    claims = [gone[(kinds.RESOURCE_CLAIMS.key, f"elastic-{r}")] for r in (2, 3)]
+    async with engine.connect() as connection:
+        released = (
+            await connection.execute(
+                text("SELECT min(released_at) FROM reservations WHERE released_at IS NOT NULL")
+            )
+        ).scalar()
+    assert pods_gone <= min(claims)
+    assert max(claims) <= released.timestamp()
     assert not any(objects.CHECKPOINT_REQUESTED in _annotations(p) for p in _pods(harness).values())
     row = await _runs_on(harness, engine, kept)
     assert 32 * (decided - started - 1) <= row.lost_device_s <= 32 * (done - started + 1)
@@ -304,3 +331,45 @@ async def test_a_crash_at_any_write_of_a_shrink_converges(
     while await _shrink_with_crash_at(wide, engine, index):
         index += 1
     assert index > 5, "a shrink should take more than five writes"
+
+
+def _env(pod: dict[str, Any]) -> dict[str, str]:
+    (container,) = pod["spec"]["containers"]
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+async def test_a_gang_not_started_yet_sheds_its_leaving_replicas_and_starts_at_the_new_size(
+    wide: Harness, engine: AsyncEngine
+) -> None:
+    """Its pods cannot be created yet (the API server fails them): the claims of the leaving
+    replicas go, nothing is lost, and once pods can be made the gang starts at 2, its pods
+    built for that size."""
+    harness = wide
+    harness.cluster.faults.fail_next(100_000, code=500, verb="create", resource="pods")
+    harness.start()
+    body = training_job("elastic", replicas=4, run_seconds=None, elastic={"minReplicas": 2})
+    await harness.kube.create(resources.TRAINING_JOBS, "ml-train", body)
+
+    def allocated() -> bool:
+        claims = _claims(harness)
+        return len(claims) == 4 and all(objects.allocated_devices(c) for c in claims.values())
+
+    await wait_for(allocated)
+    assert not _pods(harness)
+    await _shrink(engine)
+    await wait_for(lambda: set(_claims(harness)) == {"elastic-0", "elastic-1"})
+    harness.cluster.faults.clear()
+    await wait_for(lambda: harness.phase("elastic") == "Running", within_s=30)
+    pods = _pods(harness)
+    assert set(pods) == {"elastic-0", "elastic-1"}
+    for pod in pods.values():
+        assert (_env(pod)["GANGQ_REPLICAS"], _env(pod)["WORLD_SIZE"]) == ("2", "2")
+        assert _annotations(pod)[objects.SIZE] == "2"
+    assert bad_input.status_of(harness, "elastic", "ml-train")["size"] == "2/4"
+    row = await _row(engine)
+    assert (row.size, row.shrink_to, row.lost_device_s, row.preemptions) == (2, None, 0.0, 0)
+    async with database.session_factory(engine)() as session:
+        detail = await jobs.get_job(session, "ml-train/elastic")
+    assert detail is not None
+    (shrunk,) = [e for e in detail.history if e.kind == "released"]
+    assert shrunk.reason == "shrunk from 4 to 2 replicas before it started, lost 0 device-h"
