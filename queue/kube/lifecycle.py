@@ -503,9 +503,9 @@ def _untold(gang: Gang, pods: list[Mapping[str, Any] | None]) -> tuple[int, ...]
     size = str(gang.size)
     found = []
     for placement, pod in zip(gang.placement, pods, strict=True):
-        annotations = ((pod or {}).get("metadata") or {}).get("annotations") or {}
         if pod is None or is_terminated(pod):
             continue
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
         if annotations.get(objects.SIZE) != size or objects.CHECKPOINT_REQUESTED in annotations:
             found.append(placement.replica)
     return tuple(found)

@@ -265,12 +265,16 @@ async def _claims_match_the_store(harness: Harness, engine: AsyncEngine, name: s
     }
 
 
-async def _shrink_with_crash_at(harness: Harness, engine: AsyncEngine, index: int) -> bool:
-    """A running elastic gang shrinks with the controller killed right after the `index`-th
-    cluster write of the shrink; a new leader finishes it. False when it had fewer writes."""
+async def _shrink_with_crash_at(
+    harness: Harness, engine: AsyncEngine, index: int, *, grace_s: int | None
+) -> bool:
+    """A running elastic gang shrinks (asked for a checkpoint it never gives, with a grace)
+    with the controller killed right after the `index`-th cluster write of the shrink; a new
+    leader finishes it. False when it had fewer writes."""
     name = f"elastic-{index}"
     harness.start("setup")
-    await _run_elastic(harness, name)
+    spec = {} if grace_s is None else {"preemption": {"checkpointGraceSeconds": grace_s}}
+    await _run_elastic(harness, name, **spec)
     await harness.stop("setup")
     doubles: list[str] = []
     seen = 0
@@ -324,13 +328,14 @@ async def _active_reservations(engine: AsyncEngine) -> int:
         return int((await connection.execute(query)).scalar() or 0)
 
 
+@pytest.mark.parametrize(("grace_s", "writes"), [(None, 10), (2, 15)], ids=["at-once", "asked"])
 async def test_a_crash_at_any_write_of_a_shrink_converges(
-    wide: Harness, engine: AsyncEngine
+    wide: Harness, engine: AsyncEngine, grace_s: int | None, writes: int
 ) -> None:
     index = 1
-    while await _shrink_with_crash_at(wide, engine, index):
+    while await _shrink_with_crash_at(wide, engine, index, grace_s=grace_s):
         index += 1
-    assert index > 5, "a shrink should take more than five writes"
+    assert index > writes, f"a shrink should take more than {writes} writes"
 
 
 def _env(pod: dict[str, Any]) -> dict[str, str]:
