@@ -169,13 +169,12 @@ def _preempted_event(
     actor: str,
     now: float,
 ) -> tuple[int, events.Event]:
-    """The victim's history entry: an eviction, or a shrink that names both sizes."""
+    """The victim's history entry in the core's words (`shrinking from 4 to 2 replicas:
+    preempted by ...` for a shrink, whose details name both sizes)."""
     details: dict[str, object] = {"for": preemptor}
     reason = victim.reason
     if victim.keep is not None:
-        size = row.size or row.replicas
-        reason = f"shrinking from {size} to {victim.keep} replicas for {preemptor}: {reason}"
-        details |= {"from": size, "to": victim.keep}
+        details |= {"from": row.size or row.replicas, "to": victim.keep}
     elif grace is None:
         details["lost_device_h"] = round(victim.lost_device_s / 3600.0, 3)
     if grace is not None:

@@ -378,3 +378,43 @@ async def test_a_gang_not_started_yet_sheds_its_leaving_replicas_and_starts_at_t
     assert detail is not None
     (shrunk,) = [e for e in detail.history if e.kind == "released"]
     assert shrunk.reason == "shrunk from 4 to 2 replicas before it started, lost 0 device-h"
+
+
+async def test_the_cycle_shrinks_an_elastic_gang_for_a_prod_inference_job(
+    wide: Harness, engine: AsyncEngine
+) -> None:
+    """The core's own decision, carried out: one node is needed, so replica 3 goes and the
+    gang runs on at 3 while the preemptor starts on the freed node."""
+    harness = wide
+    tiers = tuple(
+        t.model_copy(update={"min_runtime_before_preemption_s": 0.0})
+        for t in harness.settings.tiers
+    )
+    harness.start(tiers=tiers)
+    await _run_elastic(harness)
+    kept = {n: p["metadata"]["uid"] for n, p in _pods(harness).items() if n != "elastic-3"}
+    serve = training_job(
+        "serve", namespace="inference", tier="prod-inference", replicas=1, run_seconds=None
+    )
+    await harness.kube.create(resources.TRAINING_JOBS, "inference", serve)
+    await wait_for(lambda: harness.phase("serve", "inference") == "Running", within_s=20)
+    await wait_for(
+        lambda: (
+            bad_input.status_of(harness, "elastic", "ml-train").get("size") == "3/4"
+            and all(_annotations(p).get(objects.SIZE) == "3" for p in _pods(harness).values())
+        )
+    )
+    assert {n: p["metadata"]["uid"] for n, p in _pods(harness).items()} == kept
+    assert set(_claims(harness)) == set(kept)
+    assert harness.phase("elastic") == "Running"
+    row = await _row(engine)
+    assert (row.size, row.shrink_to, row.evicting, row.preemptions) == (3, None, False, 0)
+    async with database.session_factory(engine)() as session:
+        detail = await jobs.get_job(session, "ml-train/elastic")
+    assert detail is not None
+    (asked,) = [e for e in detail.history if e.kind == "preempted"]
+    (shrunk,) = [e for e in detail.history if e.kind == "released"]
+    assert asked.reason.startswith(f"shrinking from 4 to 3 replicas: preempted by {PREEMPTOR}")
+    assert asked.details["to"] == 3
+    assert shrunk.reason.startswith("shrunk from 4 to 3 replicas, lost ")
+    assert shrunk.details["for"] == PREEMPTOR

@@ -44,7 +44,8 @@ async def _running(sessions: Sessions, *, grace_s: float | None, borrowed: int =
 
 async def _preempt(sessions: Sessions, *, keep: int, lost_device_s: float = 0.0) -> None:
     """The store writes a cycle's preemption whose one victim shrinks to `keep`."""
-    victim = model.Victim(KEY, "for a prod-inference job", lost_device_s=lost_device_s, keep=keep)
+    reason = f"shrinking from 4 to {keep} replicas: preempted by {SERVING}"
+    victim = model.Victim(KEY, reason, lost_device_s=lost_device_s, keep=keep)
     async with sessions() as session, session.begin():
         loaded = await snapshot.load(session, inventory(4), now=T0)
         await admission.write_preemptions(
@@ -77,7 +78,7 @@ async def test_a_shrink_is_stored_with_its_request_and_seen_by_the_core_as_two_p
     assert (record.checkpoint_requested_at, record.evict_by) == (T0, T0 + 60)
     (asked,) = [e for e in detail.history if e.kind == "preempted"]
     assert asked.reason == (
-        "shrinking from 4 to 2 replicas for serving/llm: for a prod-inference job; "
+        "shrinking from 4 to 2 replicas: preempted by serving/llm; "
         "checkpoint requested, shrinking within 60s"
     )
     assert asked.details == {"for": SERVING, "from": 4, "to": 2, "checkpoint_grace_s": 60.0}
@@ -102,7 +103,8 @@ async def test_a_shrink_without_grace_asks_for_nothing(session_factory: Sessions
         None,
     )
     (asked,) = [e for e in detail.history if e.kind == "preempted"]
-    assert asked.reason.startswith("shrinking from 4 to 3 replicas for serving/llm: ")
+    assert asked.reason == "shrinking from 4 to 3 replicas: preempted by serving/llm"
+    assert asked.details == {"for": SERVING, "from": 4, "to": 3}
     assert (await _row(session_factory)).lost_device_s == 0.0
 
 
