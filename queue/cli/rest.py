@@ -159,13 +159,15 @@ def _lost_work(prediction: dict[str, Any]) -> str:
 
 
 def _size(job: dict[str, Any]) -> str:
-    """The replicas its latest admission placed of the most it runs at, the range of an
-    elastic job and the size a grow under way takes it to (rule 13)."""
+    """The replicas it holds devices for of the most it runs at, the range of an elastic job
+    and the size it is growing or shrinking to (rule 13)."""
     size = "-" if job["size"] is None else f"{job['size']}/{job['maxReplicas']} replicas"
     if job["minReplicas"] < job["maxReplicas"]:
         size += f" (elastic, {job['minReplicas']} to {job['maxReplicas']})"
     if job.get("growingTo") is not None:
         size += f", growing to {job['growingTo']}"
+    if job.get("shrinkingTo") is not None:
+        size += f", shrinking to {job['shrinkingTo']}"
     return size
 
 

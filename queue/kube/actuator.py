@@ -200,33 +200,6 @@ class Actuator:
             return None
         return await self._release(waiting, started=time.monotonic())
 
-    async def tell_size(self, gang: lifecycle.Gang, *, size: int) -> bool:
-        """Annotate every live pod of the gang with `gangq.dev/size` (its containers read it
-        through the downward-API volume) where it shows another; True once all show it."""
-        live = [
-            pod
-            for pod in gang.pods.values()
-            if not lifecycle.is_terminated(pod)
-            and not (pod.get("metadata") or {}).get("deletionTimestamp")
-        ]
-        told = [
-            pod
-            for pod in live
-            if ((pod.get("metadata") or {}).get("annotations") or {}).get(objects.SIZE) != str(size)
-        ]
-        patch = {"metadata": {"annotations": {objects.SIZE: str(size)}}}
-
-        async def annotate(pod: Mapping[str, Any]) -> bool:
-            meta = pod.get("metadata") or {}
-            namespace, name = str(meta.get("namespace")), str(meta.get("name"))
-            return await _tolerant(
-                lambda: self.kube.patch(resources.PODS, namespace, name, patch),
-                what=f"size annotation on Pod {namespace}/{name}",
-                ok=(),
-            )
-
-        return all(await asyncio.gather(*(annotate(pod) for pod in told)))
-
     async def remove_replicas(
         self, *, namespace: str, job: str, replicas: Sequence[int], gang: str
     ) -> bool:
@@ -417,6 +390,27 @@ class Actuator:
 
         done = await asyncio.gather(*(annotate(pod) for pod in asked))
         return bool(asked) and len(asked) == len(live) and any(done)
+
+    async def announce_size(self, gang: lifecycle.Gang, replicas: Sequence[int]) -> None:
+        """Tell these replicas' pods the gang's size (`gangq.dev/size`) and drop a checkpoint
+        request that no longer stands: a shrunk gang runs on with the same pods, which read
+        their annotations through the downward-API volume the kubelet keeps current."""
+        patch = {
+            "metadata": {
+                "annotations": {objects.SIZE: str(gang.size), objects.CHECKPOINT_REQUESTED: None}
+            }
+        }
+
+        async def annotate(pod: Mapping[str, Any]) -> None:
+            meta = pod.get("metadata") or {}
+            namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+            await _tolerant(
+                lambda: self.kube.patch(resources.PODS, namespace, name, patch),
+                what=f"size of Pod {namespace}/{name}",
+                ok=(404,),
+            )
+
+        await asyncio.gather(*(annotate(gang.pods[r]) for r in replicas if r in gang.pods))
 
     async def teardown(
         self,

@@ -1,7 +1,7 @@
 """Carrying out the grow of a running elastic gang (rule 13), from committed store state.
 
 Owns the three steps `lifecycle.assess` asks of a growing gang: build and release the added
-replicas, tell every pod the new size and end the grow in the store, or undo it (the added
+replicas, end the grow in the store once they all run, or undo it (the added
 pods, then their claims, go; only then does the store release their devices, rule 1). An undo
 once decided is carried through: the pods it deletes must not read as replicas to build.
 """
@@ -96,10 +96,9 @@ class Grows:
         return skew
 
     async def _grown(self, gang: lifecycle.Gang, growth: lifecycle.Growth) -> None:
-        """Every pod is told the new size first, then the store ends the grow: a leader that
-        stops in between tells the rest and ends it."""
-        if not await self.actuator.tell_size(gang, size=gang.size):
-            return
+        """Every added replica runs: the store ends the grow. The pods that show the old size
+        are told the new one from then on, as any gang's pods that show another size are
+        (`lifecycle.Action.ANNOUNCE_SIZE`), by this leader or the next."""
         async with self.writes.transaction(changing=[gang.uid]) as session:
             ended = await grows.finish(
                 session,

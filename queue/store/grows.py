@@ -19,7 +19,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.queue.core import model
-from gangq.queue.store import events, reservations, snapshot, timestamps
+from gangq.queue.store import events, jobs, reservations, snapshot, timestamps
 from gangq.queue.store.models import RUNNING, EventKind, JobRow, ReservationRow
 
 logger = logging.getLogger(__name__)
@@ -184,20 +184,15 @@ async def undo(
     session: AsyncSession, key: str, *, grown_from: int, at: float, actor: str, reason: str
 ) -> int:
     """The added replicas did not all come up, and their pods and claims are gone: their
-    devices are released, the job keeps running at `grown_from` replicas. The devices given
-    back count against its borrowed ones first, as a shrink's do. Returns the devices
-    released (0 when the job was not growing from `grown_from` any more)."""
+    devices are released as a shrink's are (`jobs.release_from`: borrowed ones first, the
+    grow over), the job keeps running at `grown_from` replicas. Returns the devices released
+    (0 when the job was not growing from `grown_from` any more)."""
     row = await _growing(session, key, grown_from=grown_from)
     if row is None:
         return 0
-    instant = timestamps.to_datetime(at)
-    freed = (await reservations.release(session, [row.id], at=instant, from_replica=grown_from))[
-        row.id
-    ]
     tried = row.size
-    row.size, row.grown_from = grown_from, None
-    row.borrowed = max(0, row.borrowed - freed)
-    row.updated_at = instant
+    freed = await jobs.release_from(session, row, keep=grown_from, at=at)
+    row.updated_at = timestamps.to_datetime(at)
     await events.record(
         session,
         [

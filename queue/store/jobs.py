@@ -118,7 +118,10 @@ class JobRecord:
     min_replicas: int | None = None
     """`spec.elastic.minReplicas`: the least an elastic job runs at; None: not elastic."""
     size: int | None = None
-    """Replicas its latest admission placed, kept once it ends; None while queued."""
+    """Replicas it holds devices for (its admission's, less a shrink, plus a grow under
+    way), kept once it ends; None while queued."""
+    shrink_to: int | None = None
+    """An elastic gang chosen to shrink (rule 13): the replicas it keeps; None otherwise."""
     grown_from: int | None = None
     """The size a grow under way started from (rule 13): `size` is what it grows to."""
 
@@ -377,7 +380,8 @@ FINISH = text(
     f"""
     UPDATE jobs AS j
     SET phase = u.phase, finished_at = :at, evicting = false, checkpoint_requested_at = NULL,
-        evict_by = NULL, evicted_for = NULL, grown_from = NULL, pending_code = u.code,
+        evict_by = NULL, evicted_for = NULL, shrink_to = NULL, grown_from = NULL,
+        pending_code = u.code,
         pending_message = u.message, queue_position = NULL, reserved_start_at = NULL,
         reserved_nodes = NULL
     FROM unnest(CAST(:namespaces AS text[]), CAST(:names AS text[]), CAST(:phases AS text[]),
@@ -452,6 +456,21 @@ async def finish_all(
     await events.record(session, entries)
 
 
+async def release_from(session: AsyncSession, row: JobRow, *, keep: int, at: float) -> int:
+    """Replicas from `keep` on give back their devices, borrowed ones first (rule 3: use above
+    nominal is what goes back before nominal); the others keep theirs. A grow under way whose
+    added replicas were all among them is over (rule 13). Returns how many devices came
+    free."""
+    released = await reservations.release(
+        session, [row.id], at=timestamps.to_datetime(at), from_replica=keep
+    )
+    freed = released[row.id]
+    row.size, row.borrowed = keep, max(0, row.borrowed - freed)
+    if row.grown_from is not None and keep <= row.grown_from:
+        row.grown_from = None
+    return freed
+
+
 async def shrink(session: AsyncSession, key: str, *, replicas: int, at: float, actor: str) -> int:
     """A running long-running job gives back its replicas from `replicas` on (PRODUCT §5);
     the others keep their devices. Returns how many devices came free."""
@@ -460,17 +479,52 @@ async def shrink(session: AsyncSession, key: str, *, replicas: int, at: float, a
         raise InvalidInputError(
             f"job {key} is {row.phase} with {row.replicas} replicas: cannot shrink to {replicas}"
         )
-    released = await reservations.release(
-        session, [row.id], at=timestamps.to_datetime(at), from_replica=replicas
-    )
-    freed = released[row.id]
-    row.replicas, row.size, row.borrowed = replicas, replicas, max(0, row.borrowed - freed)
+    freed = await release_from(session, row, keep=replicas, at=at)
+    row.replicas = replicas
     if row.min_replicas is not None:
         row.min_replicas = min(row.min_replicas, replicas)
     reason = f"scaled down to {replicas} replicas"
     details = {"devices_released": freed}
     await record_event(
         session, row, kind=EventKind.RELEASED, actor=actor, at=at, reason=reason, details=details
+    )
+    return freed
+
+
+async def shrunk(
+    session: AsyncSession, key: str, *, reason: str, lost_device_s: float, at: float, actor: str
+) -> int:
+    """An elastic gang chosen to shrink (rule 13) has no pod or claim left of its replicas
+    from `shrink_to` on: their devices come free and the gang runs on at that size, never
+    queued again. `lost_device_s` is what re-forming the whole gang from its checkpoint
+    destroyed: it counts against preempting the job again and goes into the preemption ledger
+    with the job it made room for; the history entry is `reason` with that loss. Returns how
+    many devices came free."""
+    row = await _live(session, key)
+    keep = row.shrink_to
+    if keep is None or not row.evicting or row.phase not in HOLDING_PHASES:
+        raise InvalidInputError(f"job {key} is {row.phase} and not shrinking")
+    size = row.size or row.replicas
+    freed = await release_from(session, row, keep=keep, at=at)
+    row.lost_device_s += lost_device_s
+    lost_h = round(lost_device_s / 3600.0, 3)
+    details = {
+        "for": row.evicted_for,
+        "from": size,
+        "to": keep,
+        "devices_released": freed,
+        "lost_device_h": lost_h,
+    }
+    row.evicting, row.shrink_to = False, None
+    row.checkpoint_requested_at = row.evict_by = row.evicted_for = None
+    await record_event(
+        session,
+        row,
+        kind=EventKind.RELEASED,
+        actor=actor,
+        at=at,
+        reason=f"{reason}, lost {lost_h:g} device-h",
+        details=details,
     )
     return freed
 
@@ -504,8 +558,8 @@ async def requeue(
         row.lost_device_s += lost_device_s
         details |= {"for": row.evicted_for, "lost_device_h": round(lost_device_s / 3600.0, 3)}
     row.phase, row.evicting, row.borrowed, row.size = QUEUED, False, 0, None
+    row.checkpoint_requested_at = row.evict_by = row.evicted_for = row.shrink_to = None
     row.grown_from = None
-    row.checkpoint_requested_at = row.evict_by = row.evicted_for = None
     row.admitted_at = row.started_at = row.reserved_start_at = row.reserved_nodes = None
     row.not_before = timestamps.to_datetime(at + backoff_s) if backoff_s > 0 else None
     row.queued_at = instant
@@ -530,8 +584,8 @@ async def suspend(session: AsyncSession, key: str, *, at: float, actor: str, rea
     released = await reservations.release(session, [row.id], at=timestamps.to_datetime(at))
     freed = released[row.id]
     row.phase, row.evicting, row.borrowed, row.size = SUSPENDED, False, 0, None
+    row.checkpoint_requested_at = row.evict_by = row.evicted_for = row.shrink_to = None
     row.grown_from = None
-    row.checkpoint_requested_at = row.evict_by = row.evicted_for = None
     row.admitted_at = row.started_at = None
     row.pending_code = row.pending_message = None
     row.queue_position = row.reserved_start_at = row.reserved_nodes = None
@@ -582,6 +636,7 @@ class _RecordFields(Protocol):
     evicted_for: str | None
     min_replicas: int | None
     size: int | None
+    shrink_to: int | None
     grown_from: int | None
 
 
@@ -629,6 +684,7 @@ def _record_view(row: _RecordFields) -> JobRecord:
         evicted_for=row.evicted_for,
         min_replicas=row.min_replicas,
         size=row.size,
+        shrink_to=row.shrink_to,
         grown_from=row.grown_from,
     )
 

@@ -255,3 +255,26 @@ async def test_the_cycle_stores_the_cores_grow_in_its_transaction(
     assert detail.history[-1].reason.startswith("growing from 2 to 4 replicas")
     again = await _cycle(database_url, session_factory, WIDE, now=T0 + 40)
     assert again.grows == (), "a growing gang is not grown again"
+
+
+@pytest.mark.parametrize(
+    ("keep", "grown_from"), [(2, None), (3, 2)], ids=["grow-gone", "grow-goes-on"]
+)
+async def test_a_shrink_of_a_growing_gang_ends_the_grow_only_with_all_its_added_replicas(
+    database_url: str, session_factory: Sessions, keep: int, grown_from: int | None
+) -> None:
+    """Shrunk to 2, the replicas the grow was adding are gone and so is the grow; shrunk to
+    3, replica 2 is still being added."""
+    await _running_at_two(database_url, session_factory)
+    await _store(session_factory, _grow())
+    async with session_factory() as session, session.begin():
+        # as a shrink decision leaves the row (admission.write_preemptions)
+        await session.execute(text(f"UPDATE jobs SET evicting = true, shrink_to = {keep}"))
+        await jobs.shrunk(
+            session, KEY, reason="shrunk", lost_device_s=0.0, at=T0 + 40, actor="controller"
+        )
+    async with session_factory() as session:
+        detail = await jobs.get_job(session, KEY)
+    assert detail is not None
+    assert (detail.job.size, detail.job.grown_from) == (keep, grown_from)
+    assert [p.replica for p in detail.placement] == list(range(keep))
