@@ -26,7 +26,7 @@ from gangq.queue.kubesim import kinds
 from gangq.queue.kubesim.cluster import Inventory
 from gangq.queue.kubesim.storage import Event
 from gangq.queue.store import database, grows, reservations, snapshot
-from tests.controller import bad_input
+from tests.controller import api_refusals, bad_input
 from tests.controller.conftest import Harness, running_harness, training_job, wait_for
 
 FOUR_NODES = Inventory(nodes=4, gpus_per_node=8, racks=2)
@@ -335,6 +335,33 @@ async def test_a_grow_whose_replicas_never_become_ready_is_undone(wide: Harness)
     assert harness.phase("elastic") == "Running"
     await wait_for(lambda: _size(harness, "elastic") == "2/4")
     assert "4/4" not in sizes, f"an undone grow showed as done: {sizes}"
+
+
+async def test_a_grow_whose_pods_the_api_server_refuses_is_undone_without_blame(
+    wide: Harness,
+) -> None:
+    """Creating pods is forbidden to the controller: the added replicas cannot be built, the
+    grow is undone at once, and the job runs on at 2 with neither a restart nor a failure
+    (rule 14: a refused write of gangq's own is not the job's doing)."""
+    harness = wide
+    harness.start()
+    blocker = await _running_at_two(harness, "elastic", **NOT_GROWN_BY_THE_CYCLE)
+    await _delete(harness, blocker)
+    before = await _row(harness, "elastic")
+    refusal = api_refusals.forbidden("create", "pods", "ml-train")
+    harness.cluster.faults.refuse_next(1_000_000, refusal, verb="create", resource="pods")
+    await _grow(harness, "elastic", leader="a")
+    harness.start("b")
+    await wait_for(lambda: bad_input.kube_events(harness, "elastic", "ml-train", "GrowFailed"))
+
+    (event,) = bad_input.kube_events(harness, "elastic", "ml-train", "GrowFailed")
+    assert event["message"].startswith("grow to 4 failed: the API server refused ")
+    assert sorted(_pods(harness, "elastic")) == [0, 1]
+    assert sorted(_claims(harness, "elastic")) == [0, 1]
+    assert await _row(harness, "elastic") == before
+    assert await _active_replicas(harness, "elastic") == [0, 1]
+    shown = bad_input.status_of(harness, "elastic", "ml-train")
+    assert (shown["phase"], shown["restarts"]) == ("Running", 0)
 
 
 async def test_a_growing_gang_whose_job_is_deleted_is_torn_down_whole(wide: Harness) -> None:
