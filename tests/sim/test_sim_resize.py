@@ -242,15 +242,26 @@ def test_a_shrink_the_gang_cannot_make_is_refused(resizing: Resizing, message: s
 
 
 def _skipping_a_replica(snapshot: Snapshot) -> Grow:
-    grow = _onto_free_nodes(snapshot)
-    return dataclasses.replace(
-        grow, placement=tuple(dataclasses.replace(p, replica=p.replica + 1) for p in grow.placement)
-    )
+    """Replica 3 on a free node, while the gang runs replicas 0 and 1."""
+    first = _onto_free_nodes(snapshot).placement[0]
+    return Grow(job=ELASTIC, placement=(dataclasses.replace(first, replica=3),))
 
 
 def test_a_grow_that_does_not_number_on_from_the_gang_s_size_is_refused() -> None:
     resizing = Resizing(grow_at=1000, grow=_skipping_a_replica)
-    with pytest.raises(
-        engine.SimulationError, match=r"ml/elastic: grown by replicas \[3, 4\] from 2"
-    ):
+    with pytest.raises(engine.SimulationError, match=r"ml/elastic: grown by replicas \[3\] from 2"):
         _run([HOLDER, _elastic()], resizing)
+
+
+def test_a_shrinking_gang_below_its_maximum_is_not_growable() -> None:
+    """Beside a prod gang on one node the gang starts at 3; a prod replica at 451 shrinks it
+    to 2, and a 1-GPU job at 460 makes a cycle while it waits out its grace."""
+    holder = _job("prod/holder", 0, tier="prod-inference", runtime=5000)
+    prod = _job("prod/serve", 451, tier="prod-inference", runtime=270)
+    tiny = _job("ops/tiny", 460, tier="small", devicesPerReplica=1, runtime=10)
+    resizing = Resizing(keep=2)
+    _run([holder, _elastic(), prod, tiny], resizing)
+    seen = dict(resizing.seen)
+    assert [part.size for part in _parts(seen[460])] == [2, 3]
+    assert seen[460].growable == ()
+    assert [job.key for job in seen[481].growable] == [ELASTIC]
