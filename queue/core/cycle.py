@@ -4,16 +4,19 @@ It reads a `Snapshot`, decides admissions, preemptions and backfill reservations
 every job it leaves pending. Pure: no I/O, no clock; the same input gives the same output.
 Phases: (1) set aside invalid jobs and jobs that can never fit (module `feasibility`), order
 the rest (rule 4); (2) for each job check quota, then placement (respecting backfill holds),
-then preemption, then a reservation for the first blocked job of its tier; (3) record an
-admission, a victim set or a pending reason; (4) number the pending. A borrowing job also
-leaves alone what tenants waiting within nominal are owed (modules `owed` and `borrowing`):
-without that, a reclaimed gang or the next borrower of a higher tier would take the devices
-back from the reclaimer in the next cycle, and reclaims would repeat forever.
+then preemption (an elastic victim shrinks rather than goes, module `preemptor`), then a
+reservation for the first blocked job of its tier; (3) record an admission, a victim set or a
+pending reason; (4) number the pending; (5) grow running elastic gangs onto what is left.
+A borrowing job also leaves alone what tenants waiting within nominal are owed (modules
+`owed` and `borrowing`): without that, a reclaimed gang or the next borrower of a higher tier
+would take the devices back from the reclaimer in the next cycle, and reclaims would repeat
+forever.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 
 from gangq.queue.core import (
@@ -33,9 +36,11 @@ from gangq.queue.core.model import (
     Admission,
     BackfillReservation,
     CycleResult,
+    Grow,
     NodeName,
     PendingJob,
     Policy,
+    ReplicaPlacement,
     RunningJob,
     Snapshot,
     Tenant,
@@ -82,6 +87,7 @@ def run_cycle(
     for job, problem in sorted(invalid, key=lambda item: (item[0].submitted_at, item[0].uid)):
         state.order.append(job.key)
         state.pending[job.key] = problem
+    _grow(snapshot.growable, ranks=ranks, state=state)
     waiting = [
         key
         for key in state.order
@@ -94,6 +100,7 @@ def run_cycle(
         positions={key: index for index, key in enumerate(waiting, start=1)},
         reservations=tuple(h.reservation for h in state.holds),
         order=tuple(state.order),
+        grows=tuple(state.grows),
         decide_again_at=state.decide_again_at,
     )
 
@@ -147,7 +154,7 @@ def _decide(job: PendingJob, *, state: CycleState) -> None:
         return
     choice = elastic.start_size(
         job,
-        fits=lambda size: _fits_now(elastic.at_size(job, size), state=state),
+        fits=lambda size: _free_place(elastic.at_size(job, size), state=state) is not None,
         full_start=lambda: _full_start(job, state=state),
         long_running=state.tiers[job.tier].long_running,
         now=state.now,
@@ -176,17 +183,58 @@ def _fence(job: PendingJob, *, may_reclaim: bool, state: CycleState) -> Tenant |
     return job.tenant
 
 
-def _fits_now(job: PendingJob, *, state: CycleState) -> bool:
-    """The job would be admitted now without evicting anyone: its tenant may take it (rule
-    3), a borrower leaves what others are owed, and a placement leaves alone the backfill
-    holds it must respect."""
+def _free_place(job: PendingJob, *, state: CycleState) -> placement.Choice | None:
+    """Where the job would go now without evicting anyone: its tenant may take it (rule 3),
+    a borrower leaves what others are owed, and the placement leaves alone the backfill
+    holds it must respect; None when it would not be admitted now."""
     if state.book.refusal(job) is not None:
-        return False
+        return None
     fence = _fence(job, may_reclaim=_may_reclaim(job, state=state), state=state)
     if fence is not None and not borrowing.leaves_owed(job, state=state):
-        return False
+        return None
     outcome = _place(placement.Shape.of(job), _holds_for(job, state=state), fence, state=state)
-    return isinstance(outcome, list)
+    return outcome if isinstance(outcome, list) else None
+
+
+def _grow(growable: tuple[PendingJob, ...], *, ranks: dict[str, int], state: CycleState) -> None:
+    """Phase 5 (rule 13): once every queued job is decided, running elastic gangs below their
+    maximum take whole replicas, in queue order, on devices none of those jobs could use: the
+    same checks as an admission without eviction (`_free_place`: quota, what other tenants
+    are owed, backfill holds), all added replicas placed at once. A gang takes the most
+    replicas that fit, when that grow pays (`elastic.grow_pays`: the re-forming costs the
+    work since its checkpoint and a restart). A Required topology is not grown: the added
+    replicas would have to share the running ones' domain, which placement does not search."""
+    if not growable:
+        return
+    gangs = {gang.key: gang for gang in state.snapshot.running}
+    moving = {gang.key for gang in state.snapshot.running if gang.is_evicting}
+    if state.pool.partitioned:
+        growable = tuple(state.pool.weighed(job) for job in growable)
+    for job in ordering.in_queue_order(list(growable), ranks=ranks, shares=state.book):
+        gang = gangs.get(job.key)
+        if (
+            gang is None
+            or job.key in moving
+            or job.key in state.claimed
+            or gang.size >= job.replicas
+            or job.topology.mode is TopologyMode.REQUIRED
+        ):
+            continue
+        end = backfill.end_of(gang, tiers=state.tiers, now=state.now)
+        rest = max(end - state.now, 0.0)
+        for add in range(job.replicas - gang.size, 0, -1):
+            part = elastic.addition(job, gang, add, rest_s=rest, now=state.now)
+            choice = _free_place(part, state=state)
+            if choice is None:
+                continue
+            if elastic.grow_pays(gang, add, rest_s=rest, now=state.now):
+                result, borrowed = _take(part, choice, state=state)
+                added = tuple(
+                    dataclasses.replace(replica, replica=replica.replica + gang.size)
+                    for replica in result
+                )
+                state.grows.append(Grow(job=job.key, placement=added, borrowed=borrowed))
+            break
 
 
 def _full_start(job: PendingJob, *, state: CycleState) -> float | None:
@@ -319,17 +367,26 @@ def _place(
     return outcome
 
 
-def _admit(job: PendingJob, choice: placement.Choice, *, state: CycleState) -> None:
+def _take(
+    job: PendingJob, choice: placement.Choice, *, state: CycleState
+) -> tuple[tuple[ReplicaPlacement, ...], int]:
+    """The job's replicas on `choice`, taken from the pool and charged to its tenant; and
+    how many devices of them are borrowed: whole devices above nominal, a started one
+    counting whole (what `jobs.borrowed` holds)."""
     pool = state.pool
     result = placement.as_placement(choice, placement.Shape.of(job), pool)
     held = pool.held_equivalent(result) if pool.partitioned else job.equivalent_milli
-    # whole devices above nominal, a started one counting whole (what `jobs.borrowed` holds)
     borrowed = int(-(-state.book.borrowed(job.tenant, job.device_class, held) // sharing.WHOLE))
     state.book.charge(job.tenant, job.device_class, held)
-    state.owed.settle(job)
     for replica in result:
-        state.pool.take(replica.node, replica.devices, job.pod, shares=replica.shares)
+        pool.take(replica.node, replica.devices, job.pod, shares=replica.shares)
         state.touched_nodes.add(replica.node)
+    return result, borrowed
+
+
+def _admit(job: PendingJob, choice: placement.Choice, *, state: CycleState) -> None:
+    result, borrowed = _take(job, choice, state=state)
+    state.owed.settle(job)
     state.admissions.append(Admission(job=job.key, placement=result, borrowed=borrowed))
     end = state.end_if_admitted(job)
     if end == math.inf:

@@ -10,6 +10,7 @@ admits, grows or shrinks a gang all-or-nothing as it does any other.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -152,3 +153,49 @@ def split(gang: RunningJob, keep: int) -> tuple[RunningJob, RunningJob]:
         evicting_by=None,
     )
     return kept, dataclasses.replace(gang, placement=leaving, borrowed=given_back, is_evicting=True)
+
+
+def since_checkpoint_s(gang: RunningJob, *, now: float) -> float:
+    """Wall time of the gang's run a re-forming loses: since its last checkpoint (or start),
+    at most one declared checkpoint interval, as an eviction's lost work counts it."""
+    since = now - max(gang.started_at, gang.last_checkpoint_at or gang.started_at)
+    if gang.checkpoint_interval_s is not None:
+        since = min(since, gang.checkpoint_interval_s)
+    return max(since, 0.0)
+
+
+def grown_rest_s(gang: RunningJob, add: int, *, rest_s: float, now: float) -> float:
+    """How long the gang runs once grown by `add` replicas, `rest_s` being what it has left at
+    its size: the whole gang re-forms from its last checkpoint (the work since is done again)
+    and restarts, then its work, device-time, is shared by more replicas."""
+    size = gang.size
+    work = (rest_s + since_checkpoint_s(gang, now=now)) * size
+    return work / ((size + add) * SCALING_EFFICIENCY) + gang.restart_s
+
+
+def grow_pays(gang: RunningJob, add: int, *, rest_s: float, now: float) -> bool:
+    """A grow pays when the gang is predicted to end sooner grown than at its size, the
+    re-forming counted (`grown_rest_s`); a gang whose end is not known (a long-running tier,
+    no prediction and no bound) is taken to run long enough for any grow to pay."""
+    if math.isinf(rest_s):
+        return True
+    return grown_rest_s(gang, add, rest_s=rest_s, now=now) < rest_s
+
+
+def addition(
+    job: PendingJob, gang: RunningJob, add: int, *, rest_s: float, now: float
+) -> PendingJob:
+    """The `add` replicas a grow gives the running `gang` of `job` (the job at its maximum),
+    as a gang the cycle places like any other: it runs as long as the grown gang, within the
+    gang's bound."""
+    bound = None if gang.ends_at is None else max(gang.ends_at - now, 0.0)
+    predicted = None if math.isinf(rest_s) else grown_rest_s(gang, add, rest_s=rest_s, now=now)
+    if predicted is not None and bound is not None:
+        predicted = min(predicted, bound)
+    return dataclasses.replace(
+        job,
+        replicas=add,
+        min_replicas=None,
+        predicted_runtime_s=predicted,
+        max_runtime_s=bound,
+    )

@@ -295,6 +295,11 @@ def preempted_by(
     )
 
 
+def shrunk(reason: str, *, keep: int, size: int) -> str:
+    """The reason an elastic victim that gives back replicas instead of going is given."""
+    return f"shrinking from {size} to {keep} replicas: {reason}"
+
+
 def reclaimed(*, victim_tenant: str, preemptor: str, lost_device_h: float) -> str:
     """The reason a borrowing victim is given when another tenant takes its nominal back."""
     return (

@@ -239,7 +239,7 @@ class Pool:
         self._capable: dict[tuple[SelectorKey, int], frozenset[NodeName]] = {}
         self._matching_per_node: dict[SelectorKey, dict[NodeName, int]] = {}
         self._answers: dict[SelectorKey, dict[DeviceId, bool]] = {}
-        self._held: dict[tuple[SelectorKey, str], tuple[Held, ...]] = {}
+        self._held: dict[tuple[SelectorKey, str, int, int], tuple[Held, ...]] = {}
         self._estimates: dict[SelectorKey, sharing.Equivalent] = {}
         self._holders: dict[CounterSetId, set[str]] = {}
         """Who uses each counter set: gangs by key, `""` for claims gangq did not make and
@@ -429,8 +429,11 @@ class Pool:
         return self._expressions[key]
 
     def held_matching(self, key: SelectorKey, job: RunningJob) -> tuple[Held, ...]:
-        """Per replica node of a gang, its devices that match `key` (cached for the cycle)."""
-        cache_key = (key, job.key)
+        """Per replica node of a gang, its devices that match `key` (cached for the cycle). A
+        part of a gang (a shrink's, `elastic.split`) holds a run of its replicas: the first
+        replica and the count tell the parts apart."""
+        first = job.placement[0].replica if job.placement else -1
+        cache_key = (key, job.key, first, len(job.placement))
         held = self._held.get(cache_key)
         if held is None:
             devices, is_matching = self.inventory.devices, self._matching_of(key)

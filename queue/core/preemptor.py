@@ -12,9 +12,10 @@ import itertools
 import math
 from collections.abc import Callable, Iterator
 
-from gangq.queue.core import explain, placement, preemption
+from gangq.queue.core import elastic, explain, placement, preemption
 from gangq.queue.core.device import DeviceId
 from gangq.queue.core.model import (
+    JobKey,
     NodeName,
     PendingJob,
     Preemption,
@@ -24,6 +25,7 @@ from gangq.queue.core.model import (
     Victim,
 )
 from gangq.queue.core.state import CycleState, Room
+from gangq.queue.core.supply import Supply
 
 
 def try_preempt(
@@ -70,8 +72,15 @@ def try_preempt(
     if unpaid is not None:
         state.pending[job.key] = state.unpaid[memo_key] = unpaid
         return False
+    keeps: dict[JobKey, int] = {}
+    shrunk = _shrinks(
+        shape, victims, evicting=evicting, state=state, excluded=excluded, held_room=held_room
+    )
+    if shrunk is not None:
+        keeps, choice = shrunk
+    leaving = [v if v.key not in keeps else elastic.split(v, keeps[v.key])[1] for v in victims]
     awaited = _awaited(choice, evicting=evicting)
-    if not may_reclaim and _takes_owed(job, leaving=[*victims, *awaited], state=state):
+    if not may_reclaim and _takes_owed(job, leaving=[*leaving, *awaited], state=state):
         return True
     _hold_for_preemptor(job, choice, victims=victims, awaited=awaited, state=state)
     tiers, now = state.tiers, state.now
@@ -82,15 +91,59 @@ def try_preempt(
             victims=tuple(
                 Victim(
                     v.key,
-                    r or "",
+                    (r or "")
+                    if v.key not in keeps
+                    else explain.shrunk(r or "", keep=keeps[v.key], size=v.size),
                     lost_device_s=v.lost_work_device_s(now),
                     reclaim=preemption.is_reclaim(v, rights=rights, tiers=tiers, now=now),
+                    keep=keeps.get(v.key),
                 )
                 for v, r in zip(victims, reasons, strict=True)
             ),
         )
     )
     return True
+
+
+def _shrinks(
+    shape: placement.Shape,
+    victims: tuple[RunningJob, ...],
+    *,
+    evicting: list[RunningJob],
+    state: CycleState,
+    excluded: frozenset[DeviceId],
+    held_room: dict[NodeName, Room],
+) -> tuple[dict[JobKey, int], placement.Choice] | None:
+    """Rule 13: an elastic victim gives back only the replicas the preemptor needs, highest
+    first (replica 0 and its minimum stay), and keeps running instead of going back to the
+    queue. Its cost is the eviction's (the whole gang re-forms from its checkpoint and
+    restarts), so the victims chosen stay the cheapest; a shrink only spares the job its
+    wait and the queue its restart from scratch. Per elastic victim in victim order, the
+    largest size it may keep while the preemptor still fits; None when none can shrink."""
+    elastic_victims = [
+        v for v in victims if v.min_replicas is not None and v.size > max(v.min_replicas, 1)
+    ]
+    if not elastic_victims:
+        return None
+    supply = Supply(shape, state.pool, excluded=excluded, held_room=held_room)
+    for gang in (*evicting, *victims):
+        supply.add(gang)
+    keeps: dict[JobKey, int] = {}
+    for gang in elastic_victims:
+        supply.remove(gang)
+        for keep in range(gang.size - 1, max(gang.min_replicas or 1, 1) - 1, -1):
+            leaving = elastic.split(gang, keep)[1]
+            supply.add(leaving)
+            if supply.fits():
+                keeps[gang.key] = keep
+                break
+            supply.remove(leaving)
+        else:
+            supply.add(gang)
+    choice = supply.choose() if keeps else None
+    if not isinstance(choice, list):
+        return None
+    return keeps, choice
 
 
 def _find(

@@ -16,6 +16,7 @@ from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.device import DeviceId
 from gangq.queue.core.model import (
     Admission,
+    Grow,
     JobKey,
     NodeName,
     PendingJob,
@@ -53,6 +54,7 @@ class CycleState:
     """Gangs admitted this cycle that end, in `backfill.release_order`, kept sorted as they
     come: every reservation reads them, and sorting them afresh each time cost more."""
     preemptions: list[Preemption] = field(default_factory=list)
+    grows: list[Grow] = field(default_factory=list)
     pending: dict[JobKey, explain.PendingReason] = field(default_factory=dict)
     order: list[JobKey] = field(default_factory=list)
     holds: list[backfill.Hold] = field(default_factory=list)
