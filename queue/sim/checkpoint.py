@@ -44,13 +44,17 @@ def saved_s(record: JobRecord, *, now: float) -> float:
 
 
 def last_at(record: JobRecord, *, now: float) -> float | None:
-    """When the running gang last saved one of its periodic checkpoints; None: not in this run."""
-    interval = record.job.checkpoint_interval_s
-    if record.started_at is None or interval is None:
+    """Since when an eviction of the running gang would lose its run: its last periodic
+    checkpoint, else the start of its run when that came after its devices did (a resize
+    re-formed it then from what it had saved); None: since it got its devices."""
+    if record.started_at is None:
         return None
     resumed = record.started_at + record.restart_s
-    saved = checkpointed(now - resumed, interval=interval)
-    return resumed + saved if saved > 0 else None
+    saved = checkpointed(now - resumed, interval=record.job.checkpoint_interval_s)
+    if saved > 0:
+        return resumed + saved
+    held_since = record.held_since
+    return record.started_at if held_since is not None and record.started_at > held_since else None
 
 
 def settle(record: JobRecord, *, now: float) -> Settled:

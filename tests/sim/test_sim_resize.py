@@ -141,7 +141,8 @@ def test_a_gang_grown_when_devices_free_up_re_forms_at_its_maximum_and_ends_soon
 
 
 def test_a_growable_gang_is_shown_to_the_core_at_its_maximum_until_it_grows() -> None:
-    """A 1-GPU job arriving at 1,100 makes a cycle after the grow."""
+    """A 1-GPU job arriving at 1,100 makes a cycle after the grow: the gang re-formed at 1,000
+    from what it had saved and has saved nothing since."""
     resizing = Resizing(grow_at=1000)
     tiny = _job("ops/tiny", 1100, tier="small", devicesPerReplica=1, runtime=10)
     _run([HOLDER, _elastic(), tiny], resizing)
@@ -149,6 +150,8 @@ def test_a_growable_gang_is_shown_to_the_core_at_its_maximum_until_it_grows() ->
     (at_maximum,) = shown[1000]
     assert (at_maximum.key, at_maximum.replicas, at_maximum.min_replicas) == (ELASTIC, 4, 2)
     assert shown[1100] == ()
+    (grown,) = _parts(dict(resizing.seen)[1100])
+    assert grown.last_checkpoint_at == 1000, "an eviction would lose only the run since"
 
 
 def test_a_grow_does_not_move_the_bound_of_the_run() -> None:
@@ -265,3 +268,33 @@ def test_a_shrinking_gang_below_its_maximum_is_not_growable() -> None:
     assert [part.size for part in _parts(seen[460])] == [2, 3]
     assert seen[460].growable == ()
     assert [job.key for job in seen[481].growable] == [ELASTIC]
+
+
+def _gangq() -> policy.SimPolicy:
+    return policy.create("gangq", device_class=DEVICE_CLASS)
+
+
+def test_the_core_grows_the_gang_when_the_holder_ends() -> None:
+    """The week of the first test under the gangq policy alone: the core grows the gang at
+    1,000 on the two nodes the holder frees, and the engine re-forms it as above."""
+    outcome = _run([HOLDER, _elastic()], _gangq())
+    record = outcome.records[ELASTIC]
+    assert (record.grows, record.finished_at) == (1, 1000 + 50 + 750)
+    assert outcome.lost_by_cause == {"grow": 16 * 99 + 32 * 50}
+
+
+def test_the_core_shrinks_the_gang_for_a_prod_gang() -> None:
+    """The week of the shrink test under the gangq policy alone: the core shrinks the gang to
+    the 2 replicas the prod gang leaves it, which runs on without waiting. When the prod gang
+    ends at 751 the core grows it back to 4: of its 220 s of work at 2 since its restart, its
+    checkpoints hold 200 (100 s at 4, 500 s in all); it loses 16 x 70 s (50 of them its
+    restart after the shrink), restarts 50 s on 32 devices and runs its last 700 s at 4."""
+    outcome = _run([_elastic(), PROD], _gangq())
+    record = outcome.records[ELASTIC]
+    assert (record.shrinks, record.evictions, record.grows) == (1, 0, 1)
+    assert outcome.records[JobKey("prod/serve")].first_started_at == 481
+    assert record.finished_at == 751 + 50 + 700
+    assert outcome.lost_by_cause == {
+        SHRINK_CAUSE: 32 * 80 + 16 * 50,
+        "grow": 16 * 20 + 32 * 50,
+    }
