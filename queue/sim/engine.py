@@ -156,7 +156,7 @@ class Simulation:
             self._end_eviction(record, now=event.time)
             return True
         if event.kind is EventKind.SHRUNK and record.shrinking_to is not None:
-            self._end_shrink(record, now=event.time)
+            self._end_shrink(record, keep=record.shrinking_to, now=event.time)
             return True
         if event.kind is EventKind.FINISH and record.started_at is not None:
             self._lose(record.held_devices * record.restart_s, cause=record.restarted_for)
@@ -419,11 +419,9 @@ class Simulation:
         if not shrinking:
             self._after_grace(record, EventKind.SHRUNK, now=now)
 
-    def _end_shrink(self, record: JobRecord, *, now: float) -> None:
-        """The leaving pods are gone: the gang re-forms with the replicas it keeps, from its last
-        checkpoint, and runs on at that size; it never rejoins the queue."""
-        keep = record.shrinking_to
-        assert keep is not None
+    def _end_shrink(self, record: JobRecord, *, keep: int, now: float) -> None:
+        """The leaving pods are gone: the gang re-forms with the `keep` replicas it keeps, from
+        its last checkpoint, and runs on at that size; it never rejoins the queue."""
         cause = record.evicting_for
         self._settle(record, cause=cause, now=now)
         self._give_back(record, [replica for replica in record.placement if replica >= keep])

@@ -18,9 +18,11 @@ from gangq.queue.core.model import (
     Grow,
     JobKey,
     NodeName,
+    Preemption,
     ReplicaPlacement,
     RunningJob,
     Snapshot,
+    Victim,
 )
 from gangq.queue.sim import engine, policy, report, trace
 from gangq.queue.sim.outcome import Outcome
@@ -57,7 +59,8 @@ def _elastic(arrival: float = 1, **fields: Any) -> dict[str, Any]:
 
 class Resizing:
     """The gangq policy, with every eviction of the elastic gang made a shrink to `keep`
-    (None: evicted whole), and a grow onto the nodes nothing holds at `grow_at` only."""
+    (None: evicted whole), a grow onto the nodes nothing holds at `grow_at` only, and the
+    whole gang evicted for the last job queued at `evict_at`."""
 
     name = "gangq"
     whole_gangs = True
@@ -68,11 +71,13 @@ class Resizing:
         keep: int | None = None,
         grow_at: float | None = None,
         grow: Callable[[Snapshot], Grow] | None = None,
+        evict_at: float | None = None,
     ) -> None:
         self.core = policy.GangqPolicy(device_class=DEVICE_CLASS)
         self.keep = keep
         self.grow_at = grow_at
         self.grow = grow or _onto_free_nodes
+        self.evict_at = evict_at
         self.seen: list[tuple[float, Snapshot]] = []
 
     def decide(self, snapshot: Snapshot, *, now: float) -> CycleResult:
@@ -88,6 +93,9 @@ class Resizing:
             )
             for preemption in result.preemptions
         )
+        if now == self.evict_at:
+            evicting = Preemption(job=snapshot.pending[-1].key, victims=(Victim(ELASTIC, ""),))
+            preemptions = (*preemptions, evicting)
         grows = (self.grow(snapshot),) if now == self.grow_at else ()
         return dataclasses.replace(result, preemptions=preemptions, grows=grows)
 
@@ -193,6 +201,18 @@ def test_a_shrink_asks_for_a_checkpoint_first_when_the_job_opted_in() -> None:
     assert record.progress_s == 450
     assert record.lost_device_s == 32 * 90
     assert record.finished_at == 541 + 50 + (1200 - 450) * 2
+
+
+def test_a_shrinking_gang_chosen_for_an_eviction_goes_whole() -> None:
+    """A second prod gang at 460 takes the 2 replicas the shrink keeps: the whole gang is
+    evicted at 490 instead (32 devices lose the 89 s since its checkpoint at 400), waits for
+    both prod gangs to end at 760 and restarts there at 4 with 800 s of work left."""
+    second = _job("prod/serve-2", 460, tier="prod-inference", replicas=2, runtime=270)
+    outcome = _run([_elastic(), PROD, second], Resizing(keep=2, evict_at=460))
+    record = outcome.records[ELASTIC]
+    assert (record.shrinks, record.evictions) == (0, 1)
+    assert record.finished_at == 760 + 50 + 800
+    assert outcome.lost_by_cause == {"prod-inference > training": 32 * 89 + 32 * 50}
 
 
 def _parts(snapshot: Snapshot) -> list[RunningJob]:
