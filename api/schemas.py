@@ -94,8 +94,13 @@ class JobOut(Schema):
     max_replicas: int = Field(description="the most the job runs at: replicas")
     size: int | None = Field(
         default=None,
-        description="replicas its latest admission placed, between minReplicas and "
-        "maxReplicas; kept once the job ends, null while it is queued",
+        description="replicas it holds devices for (its latest admission's, less a shrink), "
+        "between minReplicas and maxReplicas; kept once the job ends, null while it is queued",
+    )
+    shrinking_to: int | None = Field(
+        default=None,
+        description="an elastic job chosen to shrink instead of being evicted (PRODUCT rule "
+        "13): the replicas it keeps; its history shows each resize; null otherwise",
     )
     devices_per_replica: int
     device_class_name: str
@@ -150,7 +155,9 @@ class JobOut(Schema):
         reason = record.reason
         requested, evict_by = record.checkpoint_requested_at, record.evict_by
         if record.is_evicting and requested is not None and evict_by is not None:
-            message = status.checkpoint_request(requested, evict_by, preemptor=record.evicted_for)
+            message = status.checkpoint_request(
+                requested, evict_by, preemptor=record.evicted_for, shrink_to=record.shrink_to
+            )
             reason = explain.PendingReason(explain.ReasonCode.PREEMPTION, message)
         return cls(
             namespace=namespace,
@@ -163,6 +170,7 @@ class JobOut(Schema):
             min_replicas=record.replicas if record.min_replicas is None else record.min_replicas,
             max_replicas=record.replicas,
             size=record.size,
+            shrinking_to=record.shrink_to,
             devices_per_replica=record.devices_per_replica,
             device_class_name=record.device_class,
             phase=record.phase,

@@ -55,8 +55,10 @@ async function detail(namespace, name) {
       jobLink(`${job.namespace}/${jobName}`), " as a gang of its own.") : "",
     el("dl", { class: "spec" },
       ...pair("Phase", job.phase + (job.evictBy
-        ? ` (checkpoint requested at ${when(job.checkpointRequestedAt)}, evicting by ${when(job.evictBy)})`
-        : job.evicting ? " (being evicted)" : "")),
+        ? ` (checkpoint requested at ${when(job.checkpointRequestedAt)}, ` +
+          `${job.shrinkingTo == null ? "evicting" : `shrinking to ${job.shrinkingTo} replicas`} ` +
+          `by ${when(job.evictBy)})`
+        : job.evicting && job.shrinkingTo == null ? " (being evicted)" : "")),
       ...pair("Tenant / tier", `${job.tenant} / ${job.tier} (priority ${job.priority})`),
       ...pair("Gang", `${job.replicas} replicas × ${job.devicesPerReplica} ${job.deviceClassName}` +
         (added ? ` (+ ${added} in scale-up gangs)` : "")),
@@ -110,12 +112,13 @@ async function detail(namespace, name) {
 
 const FINISHED = ["Succeeded", "Failed"];
 
-// The replicas its latest admission placed of the most it runs at, and an elastic job's range
-// (PRODUCT rule 13): the same words as `gangq job`.
+// The replicas it holds devices for of the most it runs at, an elastic job's range and the size
+// it is shrinking to (PRODUCT rule 13): the same words as `gangq job`.
 function size(job) {
   const placed = job.size == null ? "—" : `${job.size}/${job.maxReplicas} replicas`;
-  return job.minReplicas < job.maxReplicas
+  const range = job.minReplicas < job.maxReplicas
     ? `${placed} (elastic, ${job.minReplicas} to ${job.maxReplicas})` : placed;
+  return job.shrinkingTo == null ? range : `${range}, shrinking to ${job.shrinkingTo}`;
 }
 
 function replicaRange(job) {

@@ -159,11 +159,13 @@ def _lost_work(prediction: dict[str, Any]) -> str:
 
 
 def _size(job: dict[str, Any]) -> str:
-    """The replicas its latest admission placed of the most it runs at, and the range of an
-    elastic job (rule 13)."""
+    """The replicas it holds devices for of the most it runs at, the range of an elastic job
+    and the size it is shrinking to (rule 13)."""
     size = "-" if job["size"] is None else f"{job['size']}/{job['maxReplicas']} replicas"
     if job["minReplicas"] < job["maxReplicas"]:
         size += f" (elastic, {job['minReplicas']} to {job['maxReplicas']})"
+    if job.get("shrinkingTo") is not None:
+        size += f", shrinking to {job['shrinkingTo']}"
     return size
 
 

@@ -298,6 +298,27 @@ class Actuator:
         done = await asyncio.gather(*(annotate(pod) for pod in asked))
         return bool(asked) and len(asked) == len(live) and any(done)
 
+    async def announce_size(self, gang: lifecycle.Gang, replicas: Sequence[int]) -> None:
+        """Tell these replicas' pods the gang's size (`gangq.dev/size`) and drop a checkpoint
+        request that no longer stands: a shrunk gang runs on with the same pods, which read
+        their annotations through the downward-API volume the kubelet keeps current."""
+        patch = {
+            "metadata": {
+                "annotations": {objects.SIZE: str(gang.size), objects.CHECKPOINT_REQUESTED: None}
+            }
+        }
+
+        async def annotate(pod: Mapping[str, Any]) -> None:
+            meta = pod.get("metadata") or {}
+            namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+            await _tolerant(
+                lambda: self.kube.patch(resources.PODS, namespace, name, patch),
+                what=f"size of Pod {namespace}/{name}",
+                ok=(404,),
+            )
+
+        await asyncio.gather(*(annotate(gang.pods[r]) for r in replicas if r in gang.pods))
+
     async def teardown(
         self,
         *,

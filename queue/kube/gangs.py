@@ -54,6 +54,8 @@ INVALID = "invalid: "
 """Start of the reason of a gang whose objects the API server refused for their spec."""
 API_SERVER_REFUSED = "ApiServerRefused"
 """Reason of the Event of a gang torn down because the API server refused gangq's writes."""
+SHRUNK = "Shrunk"
+"""Reason of the Event of an elastic gang that gave back replicas instead of being evicted."""
 DRIVES_IN_FLIGHT = 32
 """Gangs driven at once: a burst of admissions must not queue hundreds of requests on the
 API server, where the last would time out and be retried, adding to the load."""
@@ -141,6 +143,9 @@ class Gangs:
         """Scale-up gangs above the job's current replicas: torn down this step."""
         self.shrinking: dict[str, int] = {}
         """Gang uid -> replicas it keeps: the others are torn down, then released."""
+        self.shrinks: dict[tuple[str, str], lifecycle.Verdict] = {}
+        """Shrinks of elastic gangs under way, by (uid, admission): the loss and words are
+        those of the moment it was decided, however many steps its teardown takes."""
         self._started: list[Held] = []
         self._ended: list[_Ended] = []
 
@@ -171,6 +176,7 @@ class Gangs:
                 admitted_at=admission,
                 is_running=row.started_at is not None,
                 is_evicting=row.evicting,
+                shrink_to=row.shrink_to,
                 pods=_by_replica([p for p in mine if _is_of(p, admission)]),
                 claims=_by_replica(claims.get(row.uid, {}).values()),
                 stale_pods=_by_replica([p for p in mine if not _is_of(p, admission)]),
@@ -416,23 +422,40 @@ class Gangs:
             verdict = lifecycle.assess(gang, context)
         if verdict.action is lifecycle.Action.TEARDOWN:
             self.endings[memo] = verdict
+        elif verdict.action is lifecycle.Action.SHRINK:
+            verdict = self.shrinks.setdefault(memo, verdict)
         try:
             await self._carry_out(held, verdict, inventory=inventory, context=context)
         except (KubeError, InvalidInputError) as error:
             logger.warning("gang %s: %s failed: %s", gang.key, verdict.action, error)
 
+    async def _shed(self, held: Held, *, keep: int) -> bool:
+        """One pass of taking a gang down to replicas 0..keep-1 (rule 13: a removed replica's
+        pods gone before its devices are reused): the pods of the others go first, their
+        claims once no pod of theirs runs. Pods of the kept replicas that are still gated go
+        too: built for the old size, they are made again for the new one. True once none is
+        left, the claims read from the API server (as before any release of devices)."""
+        gang = held.gang
+        leaving = tuple(p for p in held.placement if p.replica >= keep)
+        gated = [pod for r, pod in gang.pods.items() if r < keep and lifecycle.is_gated(pod)]
+        done = await self.actuator.teardown(
+            namespace=gang.key.partition("/")[0],
+            gang=None,
+            pods=[*(gang.pods[p.replica] for p in leaving if p.replica in gang.pods), *gated],
+            claims=[gang.claims[p.replica] for p in leaving if p.replica in gang.claims],
+        )
+        if not done or not leaving:
+            return done
+        left = await self._read_claims(dataclasses.replace(gang, placement=leaving))
+        return not left.claims
+
     async def _shrink(self, held: Held, *, keep: int) -> None:
         """Scale-down of the job's own gang: the replicas from `keep` on are torn down (pods
         first), then the store releases their devices; the others keep running."""
         gang = held.gang
-        leaving = [p.replica for p in held.placement if p.replica >= keep]
-        done = await self.actuator.teardown(
-            namespace=gang.key.partition("/")[0],
-            gang=None,
-            pods=[gang.pods[r] for r in leaving if r in gang.pods],
-            claims=[gang.claims[r] for r in leaving if r in gang.claims],
-        )
-        if not done or not leaving:
+        if not any(p.replica >= keep for p in held.placement):
+            return
+        if not await self._shed(held, keep=keep):
             return
         async with self.writes.transaction(changing=[held.row.uid]) as session:
             freed = await jobs.shrink(
@@ -441,6 +464,31 @@ class Gangs:
         if gang.job is not None:
             message = f"scaled down to {keep} replicas, {freed} devices released"
             await self.actuator.event(gang.job, "ScaledDown", message, warning=False)
+
+    async def _resize(self, held: Held, verdict: lifecycle.Verdict) -> None:
+        """An elastic gang chosen to shrink: once its leaving replicas have no pod or claim
+        left, one store transaction releases their devices and records the loss; the gang
+        runs on, and the next step tells its pods their new size (`Action.ANNOUNCE_SIZE`)."""
+        gang = held.gang
+        keep = gang.shrink_to
+        assert keep is not None
+        if not await self._shed(held, keep=keep):
+            return
+        async with self.writes.transaction(changing=[held.row.uid]) as session:
+            freed = await jobs.shrunk(
+                session,
+                gang.key,
+                reason=verdict.reason,
+                lost_device_s=verdict.lost_device_s or 0.0,
+                at=self.clock(),
+                actor=self.settings.actor,
+            )
+        self.shrinks.pop((gang.uid, gang.admitted_at), None)
+        logger.info("gang %s: %s, %d devices released", gang.key, verdict.reason, freed)
+        if gang.job is not None:
+            lost_h = (verdict.lost_device_s or 0.0) / 3600.0
+            message = f"{verdict.reason}, {freed} devices released, lost {lost_h:.3f} device-h"
+            await self.actuator.event(gang.job, SHRUNK, message, warning=False)
 
     async def _carry_out(
         self,
@@ -474,6 +522,10 @@ class Gangs:
             await self._request_checkpoint(held)
         elif verdict.action is lifecycle.Action.TEARDOWN:
             await self._teardown(held, verdict, context=context)
+        elif verdict.action is lifecycle.Action.SHRINK:
+            await self._resize(held, verdict)
+        elif verdict.action is lifecycle.Action.ANNOUNCE_SIZE:
+            await self.actuator.announce_size(gang, verdict.replicas)
 
     async def _request_checkpoint(self, held: Held) -> None:
         """Ask the victim's pods for a checkpoint with the stored request time; the Event goes
@@ -483,7 +535,10 @@ class Gangs:
         news = await self.actuator.request_checkpoint(held.gang, stamp=objects.rfc3339(requested))
         if news and job is not None:
             message = status.checkpoint_request(
-                requested, timestamps.to_unix(row.evict_by), preemptor=row.evicted_for
+                requested,
+                timestamps.to_unix(row.evict_by),
+                preemptor=row.evicted_for,
+                shrink_to=row.shrink_to,
             )
             await self.actuator.event(job, status.CHECKPOINT_REQUESTED, message, warning=False)
 
@@ -539,6 +594,7 @@ class Gangs:
         gang, ending = held.gang, verdict.ending
         self.deadlines.pop(gang.uid, None)
         self.endings.pop((gang.uid, gang.admitted_at), None)
+        self.shrinks.pop((gang.uid, gang.admitted_at), None)
         if verdict.failure and not gang.is_running:
             gangq_metrics.record_gang_start_failure(
                 self.metrics, held.row.tier, reason=verdict.failure

@@ -11,6 +11,7 @@ actuator carries the verdict out.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections.abc import Mapping
@@ -35,6 +36,12 @@ class Action(enum.StrEnum):
     one or its grace ends (rule 6); its devices stay reserved to it meanwhile."""
     RESTART_IN_PLACE = "restart_in_place"
     TEARDOWN = "teardown"
+    SHRINK = "shrink"
+    """An elastic gang chosen to shrink (rule 13): its replicas from `Gang.shrink_to` on are
+    torn down, pods first, then their devices released; the others run on, never requeued."""
+    ANNOUNCE_SIZE = "announce_size"
+    """Pods of `Verdict.replicas` show another size than the gang's, or a checkpoint request
+    no eviction stands behind (a shrink done): their annotations are brought up to date."""
 
 
 class Ending(enum.StrEnum):
@@ -70,6 +77,8 @@ class Gang:
     claims: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
     stale_pods: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
     """Pods an earlier attempt left (kept for their logs): deleted before this one's start."""
+    shrink_to: int | None = None
+    """An evicting gang that shrinks instead (rule 13): the replicas it keeps."""
 
     @property
     def size(self) -> int:
@@ -149,7 +158,7 @@ class Verdict:
     """How long a job ending REFUSED waits before it may be admitted again."""
     lost_device_s: float | None = None
     """Work the eviction of a victim asked for a checkpoint first destroys, known only at
-    its eviction; None for every other ending."""
+    its eviction, or the work a shrink destroys; None for every other verdict."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,6 +380,8 @@ def assess(gang: Gang, context: Context) -> Verdict:
             Action.TEARDOWN, ending=Ending.DELETED, reason="TrainingJob deleted", cause="Deleted"
         )
     if gang.is_evicting:
+        if gang.shrink_to is not None:
+            return _shrinking(gang, context, keep=gang.shrink_to)
         return _evicting(gang, context)
     if context.is_scaled_away:
         return Verdict(
@@ -448,6 +459,58 @@ def _evicting(gang: Gang, context: Context) -> Verdict:
     )
 
 
+def _shrinking(gang: Gang, context: Context, *, keep: int) -> Verdict:
+    """A shrink is driven as an eviction up to its checkpoint request, then the leaving
+    replicas go and the others run on. The replicas it keeps follow every rule of a gang that
+    is not evicting: when their verdict ends the gang (a failed pod, a lost node, a timeout,
+    all done), that wins and the whole gang goes. The whole gang re-forms from its last
+    checkpoint, so its work since then is lost on every device, not only the leaving ones."""
+    kept = dataclasses.replace(
+        gang,
+        placement=tuple(p for p in gang.placement if p.replica < keep),
+        is_evicting=False,
+        shrink_to=None,
+        pods={r: pod for r, pod in gang.pods.items() if r < keep},
+        claims={r: claim for r, claim in gang.claims.items() if r < keep},
+    )
+    ending = assess(kept, context)
+    if ending.action is Action.TEARDOWN:
+        return ending
+    requested, deadline = context.checkpoint_requested_at_s, context.evict_by_s
+    answered, grace = is_answered(context), None
+    if requested is not None and deadline is not None:
+        if gang.is_running and not answered and context.now < deadline:
+            return Verdict(Action.REQUEST_CHECKPOINT, reason="checkpoint requested")
+        grace = deadline - requested
+    started = context.started_at_s if context.started_at_s is not None else context.now
+    since = max(started, context.last_checkpoint_at_s or started)
+    devices = sum(len(p.devices) for p in gang.placement)
+    reason = f"shrunk from {gang.size} to {keep} replicas"
+    if not gang.is_running:
+        reason += " before it started"
+    elif answered:
+        reason += " after the checkpoint it was asked for"
+    elif grace is not None:
+        reason += f": no checkpoint within {grace:.0f}s of the request"
+    return Verdict(
+        Action.SHRINK, reason=reason, lost_device_s=devices * max(context.now - since, 0.0)
+    )
+
+
+def _untold(gang: Gang, pods: list[Mapping[str, Any] | None]) -> tuple[int, ...]:
+    """Replicas whose live pod does not show the gang's size, or still shows a checkpoint
+    request (only an evicting gang is asked for one)."""
+    size = str(gang.size)
+    found = []
+    for placement, pod in zip(gang.placement, pods, strict=True):
+        if pod is None or is_terminated(pod):
+            continue
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(objects.SIZE) != size or objects.CHECKPOINT_REQUESTED in annotations:
+            found.append(placement.replica)
+    return tuple(found)
+
+
 def _timeout(gang: Gang, context: Context) -> Verdict:
     message = f"not Ready within startupTimeoutSeconds={context.startup_timeout_s:.0f}"
     late = tuple(
@@ -483,6 +546,9 @@ def _released(gang: Gang, context: Context, *, replicas: list[int]) -> Verdict:
         return _failure(context, failures, failure="node_lost" if lost else "pod_failed")
     if any(p is not None and is_gated(p) for p in pods):
         return Verdict(Action.BUILD)
+    untold = _untold(gang, pods)
+    if untold:
+        return Verdict(Action.ANNOUNCE_SIZE, reason="size announced", replicas=untold)
     if not gang.is_running:
         if all(p is not None and is_ready(p) for p in pods):
             return Verdict(Action.MARK_RUNNING)

@@ -29,12 +29,16 @@ def condition_reason(cause: str) -> str:
     return "".join(ch for ch in named if ch.isalnum()) or "Ended"
 
 
-def checkpoint_request(requested_at: float, evict_by: float, *, preemptor: str | None) -> str:
-    """What a victim asked for a checkpoint is told: when, for whom, and its last moment."""
+def checkpoint_request(
+    requested_at: float, evict_by: float, *, preemptor: str | None, shrink_to: int | None = None
+) -> str:
+    """What a victim asked for a checkpoint is told: when, for whom, and its last moment,
+    evicted then or, for a gang that shrinks (rule 13), shrunk to `shrink_to` replicas."""
     wanted = f" for {preemptor}" if preemptor else ""
+    then = "evicting" if shrink_to is None else f"shrinking to {shrink_to} replicas"
     return (
         f"checkpoint requested at {objects.rfc3339(requested_at)}{wanted}, "
-        f"evicting by {objects.rfc3339(evict_by)}"
+        f"{then} by {objects.rfc3339(evict_by)}"
     )
 
 
@@ -137,9 +141,13 @@ def desired(
     ]
     if holding and record.checkpoint_requested_at is not None and record.evict_by is not None:
         reason = checkpoint_request(
-            record.checkpoint_requested_at, record.evict_by, preemptor=record.evicted_for
+            record.checkpoint_requested_at,
+            record.evict_by,
+            preemptor=record.evicted_for,
+            shrink_to=record.shrink_to,
         )
-        conditions.append(_condition(CHECKPOINT_REQUESTED, True, "Preempting", reason, now=now))
+        why = "Preempting" if record.shrink_to is None else "Shrinking"
+        conditions.append(_condition(CHECKPOINT_REQUESTED, True, why, reason, now=now))
     if finished:
         outcome = record.outcome.cause if record.outcome else ""
         cause = trainingjob.INVALID_SPEC if invalid else outcome

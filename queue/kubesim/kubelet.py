@@ -5,7 +5,10 @@ Owns pod lifecycle after binding: Running and Ready after `ready_seconds`; after
 set, `sim.gangq.dev/exit-reason` such as OOMKilled and `sim.gangq.dev/termination-message`,
 as the container's terminated state would carry them): the pod ends
 Succeeded or Failed, or restarts in place when its restartPolicy says so; what each container
-run writes goes to `logs` (see `podlogs.py`); the grace-0 delete
+run writes goes to `logs` (see `podlogs.py`); the downward-API files of a running pod that
+show its annotations or labels are kept current, as a kubelet's sync does, and each container
+that mounts one logs what changed in it (`gangq-podinfo/annotations: gangq.dev/size=2`),
+never restarted for it; the grace-0 delete
 that completes a graceful deletion; node failure (NotReady + taint, pods lose Ready) and device
 taints written into ResourceSlices. It must not schedule or change specs.
 """
@@ -47,6 +50,8 @@ class Kubelets:
     _timers: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _dirty: set[tuple[str, str]] = field(default_factory=set)
+    _files: dict[str, dict[tuple[str, str], dict[str, str]]] = field(default_factory=dict)
+    """Pod uid -> the metadata each of its downward-API files shows, by (volume, path)."""
     _ip: int = 0
 
     def _on_event(self, event: Event) -> None:
@@ -55,6 +60,7 @@ class Kubelets:
         metadata = event.object["metadata"]
         if event.type == DELETED:
             self.logs.forget(str(metadata.get("uid")))
+            self._files.pop(str(metadata.get("uid")), None)
             timer = self._timers.pop(str(metadata.get("uid")), None)
             if timer is not None:
                 timer.cancel()
@@ -114,9 +120,34 @@ class Kubelets:
             return
         if phase == "Pending":
             self._later(uid, self.ready_seconds, lambda: self._start(namespace, name, uid))
-        elif phase == "Running" and RUN_SECONDS in (pod["metadata"].get("annotations") or {}):
-            seconds = float(pod["metadata"]["annotations"][RUN_SECONDS])
-            self._later(uid, seconds, lambda: self._finish(namespace, name, uid))
+        elif phase == "Running":
+            self._refresh_files(pod)
+            if RUN_SECONDS in (pod["metadata"].get("annotations") or {}):
+                seconds = float(pod["metadata"]["annotations"][RUN_SECONDS])
+                self._later(uid, seconds, lambda: self._finish(namespace, name, uid))
+
+    def _refresh_files(self, pod: dict[str, Any]) -> None:
+        """Bring the pod's downward-API files up to date with its metadata: the containers
+        mounting one see the change (logged) and go on running, as with a real kubelet,
+        which rewrites such files within its sync period and restarts no container."""
+        uid = str(pod["metadata"]["uid"])
+        shown, now = self._files.get(uid), _downward_files(pod)
+        self._files[uid] = now
+        if shown is None:
+            return
+        for (volume, path), values in now.items():
+            before = shown.get((volume, path), {})
+            lines = [
+                f"{volume}/{path}: {key}={value}"
+                for key, value in sorted(values.items())
+                if before.get(key) != value
+            ] + [f"{volume}/{path}: {key} removed" for key in sorted(set(before) - set(values))]
+            if not lines:
+                continue
+            for container in pod["spec"].get("containers") or []:
+                mounts = {m.get("name") for m in container.get("volumeMounts") or []}
+                if volume in mounts:
+                    self.logs.write(pod, str(container.get("name")), lines)
 
     def _stop(self, pod: dict[str, Any]) -> None:
         """Kill the containers (a status write), then remove the pod with grace 0 (corpus 3-24)."""
@@ -167,6 +198,7 @@ class Kubelets:
         ]
         self.registry.update(kinds.PODS, namespace, name, pod, subresource="status")
         self.logs.start(pod, restart=0)
+        self._files[uid] = _downward_files(pod)
 
     def _finish(self, namespace: str, name: str, uid: str) -> None:
         pod = self.registry.find(kinds.PODS, namespace, name)
@@ -269,6 +301,21 @@ class Kubelets:
                         }
                     )
             self.registry.update(kinds.RESOURCE_SLICES, "", current["metadata"]["name"], current)
+
+
+def _downward_files(pod: dict[str, Any]) -> dict[tuple[str, str], dict[str, str]]:
+    """The pod's downward-API files that show its annotations or labels, by (volume, path)."""
+    metadata = pod["metadata"]
+    files: dict[tuple[str, str], dict[str, str]] = {}
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        for item in (volume.get("downwardAPI") or {}).get("items") or []:
+            field_path = (item.get("fieldRef") or {}).get("fieldPath")
+            if field_path in ("metadata.annotations", "metadata.labels"):
+                shown = metadata.get(field_path.removeprefix("metadata.")) or {}
+                files[(str(volume.get("name")), str(item.get("path")))] = {
+                    str(k): str(v) for k, v in shown.items()
+                }
+    return files
 
 
 def _is_ready(node: dict[str, Any]) -> bool:

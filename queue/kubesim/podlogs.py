@@ -9,7 +9,8 @@ pod's logs go with it.
 
 A container writes the pod's annotation `sim.gangq.dev/log` (one line per line; `{pod}`,
 `{container}` and `{restart}` become the pod's and the container's names and its restart
-count), else one line naming its command.
+count), else one line naming its command. While it runs, the kubelet adds the lines of what
+it sees change in its downward-API files (module `kubelet`).
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ class PodLogs:
                 current=lines_of(pod, container, restart=restart),
                 previous=None if before is None else before.current,
             )
+
+    def write(self, pod: Mapping[str, Any], container: str, lines: list[str]) -> None:
+        """A running container writes more lines to its current run."""
+        runs = self._pods.setdefault(str(pod["metadata"]["uid"]), {})
+        runs.setdefault(container, _Runs()).current.extend(lines)
 
     def forget(self, uid: str) -> None:
         self._pods.pop(uid, None)

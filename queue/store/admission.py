@@ -41,12 +41,13 @@ MARK_ADMITTED = text(
 MARK_EVICTING = text(
     """
     UPDATE jobs SET evicting = true, updated_at = :at, lost_device_s = lost_device_s + u.lost,
-           evicted_for = u.preemptor, evict_by = u.evict_by,
+           evicted_for = u.preemptor, evict_by = u.evict_by, shrink_to = u.shrink_to,
            checkpoint_requested_at = CASE WHEN u.evict_by IS NULL THEN NULL
                                           ELSE CAST(:at AS timestamptz) END
     FROM unnest(CAST(:ids AS bigint[]), CAST(:losts AS double precision[]),
-                CAST(:preemptors AS text[]), CAST(:evict_bys AS timestamptz[]))
-         AS u(id, lost, preemptor, evict_by)
+                CAST(:preemptors AS text[]), CAST(:evict_bys AS timestamptz[]),
+                CAST(:shrink_tos AS integer[]))
+         AS u(id, lost, preemptor, evict_by, shrink_to)
     WHERE jobs.id = u.id AND NOT jobs.evicting
     """
 )
@@ -159,7 +160,39 @@ async def _write_admissions(
     )
 
 
-async def _write_preemptions(
+def _preempted_event(
+    row: snapshot.JobColumns,
+    victim: model.Victim,
+    *,
+    preemptor: str,
+    grace: float | None,
+    actor: str,
+    now: float,
+) -> tuple[int, events.Event]:
+    """The victim's history entry in the core's words (`shrinking from 4 to 2 replicas:
+    preempted by ...` for a shrink, whose details name both sizes)."""
+    details: dict[str, object] = {"for": preemptor}
+    reason = victim.reason
+    if victim.keep is not None:
+        details |= {"from": row.size or row.replicas, "to": victim.keep}
+    elif grace is None:
+        details["lost_device_h"] = round(victim.lost_device_s / 3600.0, 3)
+    if grace is not None:
+        verb = "evicting" if victim.keep is None else "shrinking"
+        reason = f"{reason}; checkpoint requested, {verb} within {grace:.0f}s"
+        details["checkpoint_grace_s"] = grace
+    return _job_event(
+        row,
+        victim.job,
+        kind=EventKind.PREEMPTED,
+        actor=actor,
+        now=now,
+        reason=reason,
+        details=details,
+    )
+
+
+async def write_preemptions(
     session: AsyncSession,
     preemptions: Sequence[model.Preemption],
     *,
@@ -172,7 +205,10 @@ async def _write_preemptions(
 
     A victim that opted in to be asked first (`checkpoint_grace_s`) is asked for a checkpoint
     now and evicted by the end of its grace: the work it loses is known only then (module
-    `gangs` adds it at the eviction), so none is counted here.
+    `gangs` adds it at the eviction), so none is counted here. A victim with `keep` is a
+    shrink (rule 13): marked evicting with `shrink_to`, it keeps running on its replicas
+    below `keep`; the work a shrink loses is counted when it is carried out, whether or not
+    it was asked first, since the whole gang re-forms from its checkpoint then.
     """
     fresh = [
         (preemption.job, victim)
@@ -191,30 +227,21 @@ async def _write_preemptions(
             "at": at,
             "ids": [holding[victim.job].id for _, victim in fresh],
             "losts": [
-                victim.lost_device_s if grace is None else 0.0
+                victim.lost_device_s if grace is None and victim.keep is None else 0.0
                 for (_, victim), grace in zip(fresh, graces, strict=True)
             ],
             "preemptors": [preemptor for preemptor, _ in fresh],
             "evict_bys": [
                 None if grace is None else timestamps.to_datetime(now + grace) for grace in graces
             ],
+            "shrink_tos": [victim.keep for _, victim in fresh],
         },
     )
     await events.record(
         session,
         [
-            _job_event(
-                holding[victim.job],
-                victim.job,
-                kind=EventKind.PREEMPTED,
-                actor=actor,
-                now=now,
-                reason=victim.reason
-                if grace is None
-                else f"{victim.reason}; checkpoint requested, evicting within {grace:.0f}s",
-                details={"for": preemptor, "lost_device_h": round(victim.lost_device_s / 3600.0, 3)}
-                if grace is None
-                else {"for": preemptor, "checkpoint_grace_s": grace},
+            _preempted_event(
+                holding[victim.job], victim, preemptor=preemptor, grace=grace, actor=actor, now=now
             )
             for (preemptor, victim), grace in zip(fresh, graces, strict=True)
         ],
@@ -350,7 +377,7 @@ async def cycle_in_transaction(
         now=now,
         actor=actor,
     )
-    await _write_preemptions(
+    await write_preemptions(
         session, result.preemptions, holding=loaded.holding, now=now, actor=actor
     )
     await _write_pending(session, result, loaded=loaded, now=now, actor=actor)

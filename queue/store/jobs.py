@@ -118,7 +118,10 @@ class JobRecord:
     min_replicas: int | None = None
     """`spec.elastic.minReplicas`: the least an elastic job runs at; None: not elastic."""
     size: int | None = None
-    """Replicas its latest admission placed, kept once it ends; None while queued."""
+    """Replicas it holds devices for (its admission's, less a shrink), kept once it ends;
+    None while queued."""
+    shrink_to: int | None = None
+    """An elastic gang chosen to shrink (rule 13): the replicas it keeps; None otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,7 +378,7 @@ FINISH = text(
     f"""
     UPDATE jobs AS j
     SET phase = u.phase, finished_at = :at, evicting = false, checkpoint_requested_at = NULL,
-        evict_by = NULL, evicted_for = NULL, pending_code = u.code,
+        evict_by = NULL, evicted_for = NULL, shrink_to = NULL, pending_code = u.code,
         pending_message = u.message, queue_position = NULL, reserved_start_at = NULL,
         reserved_nodes = NULL
     FROM unnest(CAST(:namespaces AS text[]), CAST(:names AS text[]), CAST(:phases AS text[]),
@@ -450,6 +453,18 @@ async def finish_all(
     await events.record(session, entries)
 
 
+async def _release_from(session: AsyncSession, row: JobRow, *, keep: int, at: float) -> int:
+    """Replicas from `keep` on give back their devices, borrowed ones first (rule 3: use above
+    nominal is what goes back before nominal); the others keep theirs. Returns how many
+    devices came free."""
+    released = await reservations.release(
+        session, [row.id], at=timestamps.to_datetime(at), from_replica=keep
+    )
+    freed = released[row.id]
+    row.size, row.borrowed = keep, max(0, row.borrowed - freed)
+    return freed
+
+
 async def shrink(session: AsyncSession, key: str, *, replicas: int, at: float, actor: str) -> int:
     """A running long-running job gives back its replicas from `replicas` on (PRODUCT §5);
     the others keep their devices. Returns how many devices came free."""
@@ -458,17 +473,52 @@ async def shrink(session: AsyncSession, key: str, *, replicas: int, at: float, a
         raise InvalidInputError(
             f"job {key} is {row.phase} with {row.replicas} replicas: cannot shrink to {replicas}"
         )
-    released = await reservations.release(
-        session, [row.id], at=timestamps.to_datetime(at), from_replica=replicas
-    )
-    freed = released[row.id]
-    row.replicas, row.size, row.borrowed = replicas, replicas, max(0, row.borrowed - freed)
+    freed = await _release_from(session, row, keep=replicas, at=at)
+    row.replicas = replicas
     if row.min_replicas is not None:
         row.min_replicas = min(row.min_replicas, replicas)
     reason = f"scaled down to {replicas} replicas"
     details = {"devices_released": freed}
     await record_event(
         session, row, kind=EventKind.RELEASED, actor=actor, at=at, reason=reason, details=details
+    )
+    return freed
+
+
+async def shrunk(
+    session: AsyncSession, key: str, *, reason: str, lost_device_s: float, at: float, actor: str
+) -> int:
+    """An elastic gang chosen to shrink (rule 13) has no pod or claim left of its replicas
+    from `shrink_to` on: their devices come free and the gang runs on at that size, never
+    queued again. `lost_device_s` is what re-forming the whole gang from its checkpoint
+    destroyed: it counts against preempting the job again and goes into the preemption ledger
+    with the job it made room for; the history entry is `reason` with that loss. Returns how
+    many devices came free."""
+    row = await _live(session, key)
+    keep = row.shrink_to
+    if keep is None or not row.evicting or row.phase not in HOLDING_PHASES:
+        raise InvalidInputError(f"job {key} is {row.phase} and not shrinking")
+    size = row.size or row.replicas
+    freed = await _release_from(session, row, keep=keep, at=at)
+    row.lost_device_s += lost_device_s
+    lost_h = round(lost_device_s / 3600.0, 3)
+    details = {
+        "for": row.evicted_for,
+        "from": size,
+        "to": keep,
+        "devices_released": freed,
+        "lost_device_h": lost_h,
+    }
+    row.evicting, row.shrink_to = False, None
+    row.checkpoint_requested_at = row.evict_by = row.evicted_for = None
+    await record_event(
+        session,
+        row,
+        kind=EventKind.RELEASED,
+        actor=actor,
+        at=at,
+        reason=f"{reason}, lost {lost_h:g} device-h",
+        details=details,
     )
     return freed
 
@@ -502,7 +552,7 @@ async def requeue(
         row.lost_device_s += lost_device_s
         details |= {"for": row.evicted_for, "lost_device_h": round(lost_device_s / 3600.0, 3)}
     row.phase, row.evicting, row.borrowed, row.size = QUEUED, False, 0, None
-    row.checkpoint_requested_at = row.evict_by = row.evicted_for = None
+    row.checkpoint_requested_at = row.evict_by = row.evicted_for = row.shrink_to = None
     row.admitted_at = row.started_at = row.reserved_start_at = row.reserved_nodes = None
     row.not_before = timestamps.to_datetime(at + backoff_s) if backoff_s > 0 else None
     row.queued_at = instant
@@ -527,7 +577,7 @@ async def suspend(session: AsyncSession, key: str, *, at: float, actor: str, rea
     released = await reservations.release(session, [row.id], at=timestamps.to_datetime(at))
     freed = released[row.id]
     row.phase, row.evicting, row.borrowed, row.size = SUSPENDED, False, 0, None
-    row.checkpoint_requested_at = row.evict_by = row.evicted_for = None
+    row.checkpoint_requested_at = row.evict_by = row.evicted_for = row.shrink_to = None
     row.admitted_at = row.started_at = None
     row.pending_code = row.pending_message = None
     row.queue_position = row.reserved_start_at = row.reserved_nodes = None
@@ -578,6 +628,7 @@ class _RecordFields(Protocol):
     evicted_for: str | None
     min_replicas: int | None
     size: int | None
+    shrink_to: int | None
 
 
 _RECORD_COLUMNS = tuple(getattr(JobRow, name) for name in _RecordFields.__annotations__)
@@ -624,6 +675,7 @@ def _record_view(row: _RecordFields) -> JobRecord:
         evicted_for=row.evicted_for,
         min_replicas=row.min_replicas,
         size=row.size,
+        shrink_to=row.shrink_to,
     )
 
 

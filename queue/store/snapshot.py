@@ -51,6 +51,7 @@ _RUN_COLUMNS = (
     JobRow.last_checkpoint_at,
     JobRow.lost_device_s,
     JobRow.size,
+    JobRow.shrink_to,
 )
 """What a running job's core view is made of besides (with its placement)."""
 _COLUMNS = (
@@ -182,7 +183,23 @@ def running_job(
         ),
         restart_s=stored.restart_s,
         lost_before_device_s=float(row.lost_device_s),
+        min_replicas=row.min_replicas,
     )
+
+
+def running_parts(
+    row: JobColumns,
+    placement: tuple[model.ReplicaPlacement, ...],
+    *,
+    specs: SpecMemo,
+    estimator: runs.Estimator | None = None,
+) -> tuple[model.RunningJob, ...]:
+    """The core's view of a gang holding devices: one job, or a shrinking gang's two parts
+    (rule 13): the replicas it keeps, running, and the ones leaving, evicting."""
+    job = running_job(row, placement, specs=specs, estimator=estimator)
+    if row.evicting and row.shrink_to is not None:
+        return elastic.split(job, row.shrink_to)
+    return (job,)
 
 
 _QUEUED_ROWS = (
@@ -211,7 +228,7 @@ class Views:
 
     def __init__(self) -> None:
         self._pending: dict[int, tuple[tuple[Any, ...], float | None, model.PendingJob]] = {}
-        self._running: dict[int, tuple[tuple[Any, ...], object, model.RunningJob]] = {}
+        self._running: dict[int, tuple[tuple[Any, ...], object, tuple[model.RunningJob, ...]]] = {}
 
     def build(
         self,
@@ -241,18 +258,19 @@ class Views:
                     continue
             kept_pending[row.id] = known
             pending.append((row, known[2]))
-        kept_running: dict[int, tuple[tuple[Any, ...], object, model.RunningJob]] = {}
+        kept_running: dict[int, tuple[tuple[Any, ...], object, tuple[model.RunningJob, ...]]] = {}
         for row in holding:
             made = row[_RUNNING_VIEW]
             placement = placements.get(row.id, ())
             inputs = (placement, _predicted_runtime_s(row, estimator))
             found = self._running.get(row.id)
             if found is None or found[0] != made or found[1] != inputs:
-                job = running_job(row, placement, specs=specs, estimator=estimator)
-                found = (made, inputs, job)
+                parts = running_parts(row, placement, specs=specs, estimator=estimator)
+                found = (made, inputs, parts)
             kept_running[row.id] = found
         self._pending, self._running = kept_pending, kept_running
-        return pending, unreadable, tuple(found[2] for found in kept_running.values())
+        running = tuple(job for found in kept_running.values() for job in found[2])
+        return pending, unreadable, running
 
 
 async def load(

@@ -11,10 +11,12 @@ import time
 import api_scenario
 import pytest
 from api_scenario import CLUSTER_ADMIN, QUOTA_ADMIN, T0, VIEWER_A, VIEWER_B, hold_a_reservation
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue import cli
 from gangq.queue.store import jobs
+from gangq.queue.store.models import JobRow
 
 
 async def gangq(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -169,6 +171,24 @@ async def test_an_elastic_job_shows_the_size_it_started_at_and_its_range(
     assert code == 0
     assert "Size:      1/4 replicas (elastic, 1 to 4)" in out
     assert "Gang:      4 x 1 gpu.nvidia.com" in out
+
+
+async def test_a_gang_chosen_to_shrink_shows_the_size_it_goes_to(
+    server: str,
+    capsys: pytest.CaptureFixture[str],
+    session_factory: async_sessionmaker[AsyncSession],
+) -> None:
+    async with session_factory() as session, session.begin():
+        await session.execute(
+            update(JobRow)
+            .where(JobRow.name == "a-small")
+            .values(evicting=True, shrink_to=1, size=1)
+        )
+    code, out, _ = await gangq(
+        capsys, "job", "team-a/a-small", "--server", server, "--token", VIEWER_A
+    )
+    assert code == 0
+    assert "Size:      1/1 replicas, shrinking to 1" in out
 
 
 async def test_errors_say_what_to_do(server: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -132,3 +132,32 @@ async def test_a_victim_asked_for_a_checkpoint_says_until_when_it_runs(
     }
     listed = (await api.get("/v1/jobs", headers=bearer(VIEWER_A))).json()["items"]
     assert [j["reason"] for j in listed if j["name"] == "a-small"] == [asked["reason"]]
+
+
+async def test_a_gang_chosen_to_shrink_says_to_what_size_and_until_when_it_runs_whole(
+    api: httpx.AsyncClient, session_factory: async_sessionmaker[AsyncSession]
+) -> None:
+    async with session_factory() as session, session.begin():
+        await session.execute(
+            update(JobRow)
+            .where(JobRow.namespace == "team-a", JobRow.name == "a-small")
+            .values(
+                evicting=True,
+                shrink_to=1,
+                evicted_for="team-b/b-urgent",
+                checkpoint_requested_at=timestamps.to_datetime(T0 + 30),
+                evict_by=timestamps.to_datetime(T0 + 150),
+            )
+        )
+    asked = (await detail(api, "/v1/jobs/team-a/a-small"))["job"]
+    requested, deadline = objects.rfc3339(T0 + 30), objects.rfc3339(T0 + 150)
+    assert (asked["evicting"], asked["shrinkingTo"]) == (True, 1)
+    assert asked["reason"]["message"] == (
+        f"checkpoint requested at {requested} for a job of another tenant, "
+        f"shrinking to 1 replicas by {deadline}"
+    )
+    async with session_factory() as session, session.begin():
+        await session.execute(
+            update(JobRow).where(JobRow.name == "a-small").values(evicting=False, shrink_to=None)
+        )
+    assert (await detail(api, "/v1/jobs/team-a/a-small"))["job"]["shrinkingTo"] is None

@@ -27,13 +27,20 @@ def _pod(
     phase: str = "Running",
     ready: bool = True,
     terminated: dict[str, Any] | None = None,
+    size: int = 2,
+    asked: bool = False,
 ) -> dict[str, Any]:
+    """A pod as gangq builds it for a gang of `size` replicas; `asked` for a checkpoint."""
     spec: dict[str, Any] = {"schedulingGates": [{"name": objects.GATE}]} if gated else {}
     conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
     status: dict[str, Any] = {"phase": phase, "conditions": conditions}
     if terminated is not None:
         status["containerStatuses"] = [{"name": "work", "state": {"terminated": terminated}}]
-    return {"metadata": {"name": f"job-{replica}"}, "spec": spec, "status": status}
+    annotations = {objects.SIZE: str(size)}
+    if asked:
+        annotations[objects.CHECKPOINT_REQUESTED] = "2026-01-01T00:01:30Z"
+    meta = {"name": f"job-{replica}", "annotations": annotations}
+    return {"metadata": meta, "spec": spec, "status": status}
 
 
 def _claim(replica: int, devices: tuple[DeviceId, ...] | None = None) -> dict[str, Any]:
@@ -53,6 +60,7 @@ def _gang(
     running: bool = False,
     evicting: bool = False,
     deleted: bool = False,
+    shrink_to: int | None = None,
 ) -> lifecycle.Gang:
     meta: dict[str, Any] = {
         "name": "job",
@@ -71,9 +79,10 @@ def _gang(
         placement=PLACEMENT,
         admitted_at=ADMITTED,
         is_running=running,
-        is_evicting=evicting,
+        is_evicting=evicting or shrink_to is not None,
         pods=pods if pods is not None else {0: _pod(0), 1: _pod(1)},
         claims=claims if claims is not None else {0: _claim(0), 1: _claim(1)},
+        shrink_to=shrink_to,
     )
 
 
@@ -319,6 +328,76 @@ CASES = [
         lifecycle.Action.TEARDOWN,
         lifecycle.Ending.SUCCEEDED,
     ),
+    (
+        "shrink-without-grace-at-once",
+        _gang(running=True, shrink_to=1),
+        _context(),
+        lifecycle.Action.SHRINK,
+        None,
+    ),
+    (
+        "shrink-asked-runs-whole-until-answered",
+        _gang(running=True, shrink_to=1),
+        _context(checkpoint_requested_at_s=90.0, evict_by_s=150.0),
+        lifecycle.Action.REQUEST_CHECKPOINT,
+        None,
+    ),
+    (
+        "shrink-answered",
+        _gang(running=True, shrink_to=1),
+        _context(checkpoint_requested_at_s=90.0, evict_by_s=150.0, last_checkpoint_at_s=95.0),
+        lifecycle.Action.SHRINK,
+        None,
+    ),
+    (
+        "shrink-at-the-end-of-its-grace",
+        _gang(running=True, shrink_to=1),
+        _context(now=150.0, checkpoint_requested_at_s=90.0, evict_by_s=150.0),
+        lifecycle.Action.SHRINK,
+        None,
+    ),
+    (
+        "shrink-before-start-asks-nothing",
+        _gang(pods={0: _pod(0, gated=True), 1: _pod(1, gated=True)}, shrink_to=1),
+        _context(checkpoint_requested_at_s=90.0, evict_by_s=150.0),
+        lifecycle.Action.SHRINK,
+        None,
+    ),
+    (
+        "shrink-goes-on-while-its-leaving-pods-go",
+        _gang(running=True, pods={0: _pod(0)}, claims={0: _claim(0)}, shrink_to=1),
+        _context(),
+        lifecycle.Action.SHRINK,
+        None,
+    ),
+    (
+        "shrink-a-kept-pod-failed-restarts-the-gang",
+        _gang(running=True, pods={0: _pod(0, phase="Failed"), 1: _pod(1)}, shrink_to=1),
+        _context(checkpoint_requested_at_s=90.0, evict_by_s=150.0),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.REQUEUE,
+    ),
+    (
+        "shrink-of-a-deleted-job",
+        _gang(running=True, deleted=True, shrink_to=1),
+        _context(),
+        lifecycle.Action.TEARDOWN,
+        lifecycle.Ending.DELETED,
+    ),
+    (
+        "shrunk-pods-learn-their-size",
+        _gang(running=True, pods={0: _pod(0, size=4), 1: _pod(1, size=4)}),
+        _context(),
+        lifecycle.Action.ANNOUNCE_SIZE,
+        None,
+    ),
+    (
+        "shrunk-pods-drop-the-request",
+        _gang(running=True, pods={0: _pod(0), 1: _pod(1, asked=True)}),
+        _context(),
+        lifecycle.Action.ANNOUNCE_SIZE,
+        None,
+    ),
 ]
 
 
@@ -333,6 +412,49 @@ def test_assess(
 ) -> None:
     verdict = lifecycle.assess(gang, context)
     assert (verdict.action, verdict.ending) == (action, ending)
+
+
+@pytest.mark.parametrize(
+    ("context", "lost", "said"),
+    [
+        (_context(now=130.0, started_at_s=10.0), 4 * 120.0, ""),
+        (
+            _context(
+                now=130.0,
+                started_at_s=10.0,
+                checkpoint_requested_at_s=90.0,
+                evict_by_s=150.0,
+                last_checkpoint_at_s=100.0,
+            ),
+            4 * 30.0,
+            " after the checkpoint it was asked for",
+        ),
+        (
+            _context(
+                now=150.0,
+                started_at_s=10.0,
+                checkpoint_requested_at_s=90.0,
+                evict_by_s=150.0,
+                last_checkpoint_at_s=50.0,
+            ),
+            4 * 100.0,
+            ": no checkpoint within 60s of the request",
+        ),
+    ],
+    ids=["no-grace", "answered", "not-answered"],
+)
+def test_a_shrink_loses_the_whole_gangs_work_since_its_checkpoint(
+    context: lifecycle.Context, lost: float, said: str
+) -> None:
+    """Both replicas' devices count, not only the leaving one's: the gang re-forms whole."""
+    verdict = lifecycle.assess(_gang(running=True, shrink_to=1), context)
+    assert verdict.action is lifecycle.Action.SHRINK
+    assert (verdict.lost_device_s, verdict.reason) == (lost, f"shrunk from 2 to 1 replicas{said}")
+
+
+def test_size_is_announced_to_the_pods_that_do_not_show_it() -> None:
+    gang = _gang(running=True, pods={0: _pod(0), 1: _pod(1, size=4)})
+    assert lifecycle.assess(gang, _context()).replicas == (1,)
 
 
 REASONS = [

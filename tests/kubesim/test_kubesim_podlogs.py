@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from gangq.queue.kubesim.emulator import Emulator
@@ -128,3 +129,51 @@ async def test_a_deleted_pod_takes_its_log_along(cluster: Emulator, http: Http) 
         400,
         'previous terminated container "main" in pod "gone" not found',
     )
+
+
+async def test_a_running_container_sees_its_downward_api_files_change_without_a_restart(
+    cluster: Emulator, http: Http
+) -> None:
+    """As a kubelet refreshes a downwardAPI volume of `metadata.annotations` within its sync:
+    the container mounting it goes on running and logs what changed; one that does not mount
+    it sees nothing."""
+    body = pod("elastic")
+    body["metadata"]["annotations"] = {"gangq.dev/size": "4", "kept": "1", "asked": "now"}
+    body["spec"]["volumes"] = [
+        {
+            "name": "podinfo",
+            "downwardAPI": {
+                "items": [
+                    {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}
+                ]
+            },
+        }
+    ]
+    main = body["spec"]["containers"][0]
+    main["volumeMounts"] = [{"name": "podinfo", "mountPath": "/etc/podinfo", "readOnly": True}]
+    body["spec"]["containers"].append({**main, "name": "side", "volumeMounts": []})
+    await http.request("POST", PODS, body)
+    await wait_until(lambda: _running(cluster, "elastic"))
+    before = _status(cluster, "elastic")["containerStatuses"]
+    patch = {"metadata": {"annotations": {"gangq.dev/size": "2", "asked": None}}}
+    code, _, _ = await http.request(
+        "PATCH", f"{PODS}/elastic", patch, content_type="application/merge-patch+json"
+    )
+    assert code == 200
+    changed = ["podinfo/annotations: gangq.dev/size=2", "podinfo/annotations: asked removed"]
+
+    async def log(container: str) -> list[str]:
+        _, text, _ = await http.request(
+            "GET", f"{PODS}/elastic/log", params={"container": container}
+        )
+        return str(text).splitlines()
+
+    for _ in range(100):
+        if (await log("main"))[-2:] == changed:
+            break
+        await asyncio.sleep(0.02)
+    assert (await log("main"))[-2:] == changed
+    assert not any(line.startswith("podinfo/") for line in await log("side"))
+    after = _status(cluster, "elastic")["containerStatuses"]
+    assert [c["restartCount"] for c in after] == [c["restartCount"] for c in before] == [0, 0]
+    assert [c["containerID"] for c in after] == [c["containerID"] for c in before]
