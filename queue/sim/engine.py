@@ -379,20 +379,23 @@ class Simulation:
     def _evict_victims(self, result: CycleResult, *, now: float) -> None:
         """Rule 6: whole gangs go, after their grace period; one that opted in is asked for a
         checkpoint first and its pods are deleted once it answers or its grace ends. A victim
-        with `keep` is shrunk alike (rule 13): only its replicas from `keep` on go."""
+        with `keep` is shrunk alike (rule 13): only its replicas from `keep` on go. A gang
+        already shrinking is not chosen again until its shrink is done, as the store leaves
+        it (the core may choose the part it keeps)."""
         for preemption in result.preemptions:
             tier = self.records[preemption.job].job.tier
             for victim in preemption.victims:
                 record = self.records.get(victim.job)
                 if record is None or record.held_since is None or record.evicting_since is not None:
                     raise SimulationError(f"{victim.job}: chosen as a victim but not running")
+                if record.shrinking_to is not None:
+                    continue
                 cause = f"reclaim by {tier}" if victim.reclaim else f"{tier} > {record.job.tier}"
                 if victim.keep is not None:
                     self._shrink(record, victim, cause=f"{cause} (shrink)", now=now)
                     continue
                 record.evicting_since = now
                 record.evicting_for = cause
-                record.shrinking_to = None
                 record.evictions += 1
                 self.outcome.evictions += 1
                 self._after_grace(record, EventKind.EVICTED, now=now)
@@ -406,18 +409,15 @@ class Simulation:
 
     def _shrink(self, record: JobRecord, victim: Victim, *, cause: str, now: float) -> None:
         """Start shrinking an elastic gang to `victim.keep` replicas (rule 13), at least its
-        minimum and fewer than it runs with; one already shrinking keeps its grace and gives
-        back the more replicas of the two shrinks."""
+        minimum and fewer than it runs with."""
         keep = victim.keep
         least = record.job.min_replicas
-        size = record.shrinking_to or record.size or record.job.replicas
+        size = record.size or record.job.replicas
         if keep is None or least is None or not least <= keep < size or record.is_partial:
             raise SimulationError(f"{victim.job}: cannot shrink to {keep} from {size}")
-        shrinking = record.shrinking_to is not None
         record.shrinking_to = keep
         record.evicting_for = cause
-        if not shrinking:
-            self._after_grace(record, EventKind.SHRUNK, now=now)
+        self._after_grace(record, EventKind.SHRUNK, now=now)
 
     def _end_shrink(self, record: JobRecord, *, keep: int, now: float) -> None:
         """The leaving pods are gone: the gang re-forms with the `keep` replicas it keeps, from

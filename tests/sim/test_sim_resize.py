@@ -58,9 +58,10 @@ def _elastic(arrival: float = 1, **fields: Any) -> dict[str, Any]:
 
 
 class Resizing:
-    """The gangq policy, with every eviction of the elastic gang made a shrink to `keep`
-    (None: evicted whole), a grow onto the nodes nothing holds at `grow_at` only, and the
-    whole gang evicted for the last job queued at `evict_at`."""
+    """The gangq policy, with every eviction of the elastic gang while it runs above its
+    minimum made a shrink to `keep` (None: evicted whole), a grow onto the nodes nothing
+    holds at `grow_at` only, and the whole gang evicted for the last job queued at
+    `evict_at`."""
 
     name = "gangq"
     whole_gangs = True
@@ -83,11 +84,14 @@ class Resizing:
     def decide(self, snapshot: Snapshot, *, now: float) -> CycleResult:
         self.seen.append((now, snapshot))
         result = self.core.decide(snapshot, now=now)
+        parts = [job for job in snapshot.running if job.key == ELASTIC]
+        at_least = any(job.size <= (job.min_replicas or job.size) for job in parts)
+        keep = None if at_least else self.keep
         preemptions = tuple(
             dataclasses.replace(
                 preemption,
                 victims=tuple(
-                    dataclasses.replace(victim, keep=self.keep) if victim.job == ELASTIC else victim
+                    dataclasses.replace(victim, keep=keep) if victim.job == ELASTIC else victim
                     for victim in preemption.victims
                 ),
             )
@@ -203,16 +207,21 @@ def test_a_shrink_asks_for_a_checkpoint_first_when_the_job_opted_in() -> None:
     assert record.finished_at == 541 + 50 + (1200 - 450) * 2
 
 
-def test_a_shrinking_gang_chosen_for_an_eviction_goes_whole() -> None:
-    """A second prod gang at 460 takes the 2 replicas the shrink keeps: the whole gang is
-    evicted at 490 instead (32 devices lose the 89 s since its checkpoint at 400), waits for
-    both prod gangs to end at 760 and restarts there at 4 with 800 s of work left."""
+def test_a_shrinking_gang_is_not_chosen_again_until_its_shrink_is_done() -> None:
+    """A second prod gang at 460 is given the whole gang while it shrinks: as the store does,
+    the engine leaves the gang to its shrink, done at 481. The core then evicts the 2 replicas
+    it kept for that prod gang; gone at 511, still in their restart (16 x 30 s, lost to the
+    shrink), they wait for the first prod gang's end at 751 and run the 800 s of work left
+    at 2 after a 50 s restart (16 x 50 s, lost to the eviction)."""
     second = _job("prod/serve-2", 460, tier="prod-inference", replicas=2, runtime=270)
     outcome = _run([_elastic(), PROD, second], Resizing(keep=2, evict_at=460))
     record = outcome.records[ELASTIC]
-    assert (record.shrinks, record.evictions) == (0, 1)
-    assert record.finished_at == 760 + 50 + 800
-    assert outcome.lost_by_cause == {"prod-inference > training": 32 * 89 + 32 * 50}
+    assert (record.shrinks, record.evictions) == (1, 1)
+    assert record.finished_at == 751 + 50 + 800 * 2
+    assert outcome.lost_by_cause == {
+        SHRINK_CAUSE: 32 * 80 + 16 * 30,
+        "prod-inference > training": 16 * 50,
+    }
 
 
 def _parts(snapshot: Snapshot) -> list[RunningJob]:
