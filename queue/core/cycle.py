@@ -227,7 +227,8 @@ def _grow(growable: tuple[PendingJob, ...], *, ranks: dict[str, int], state: Cyc
             choice = _free_place(part, state=state)
             if choice is None:
                 continue
-            if elastic.grow_pays(gang, add, rest_s=rest, now=state.now):
+            long_running = state.tiers[job.tier].long_running
+            if elastic.grow_pays(gang, add, rest_s=rest, now=state.now, long_running=long_running):
                 result, borrowed = _take(part, choice, state=state)
                 added = tuple(
                     dataclasses.replace(replica, replica=replica.replica + gang.size)

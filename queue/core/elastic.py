@@ -173,12 +173,14 @@ def grown_rest_s(gang: RunningJob, add: int, *, rest_s: float, now: float) -> fl
     return work / ((size + add) * SCALING_EFFICIENCY) + gang.restart_s
 
 
-def grow_pays(gang: RunningJob, add: int, *, rest_s: float, now: float) -> bool:
+def grow_pays(gang: RunningJob, add: int, *, rest_s: float, now: float, long_running: bool) -> bool:
     """A grow pays when the gang is predicted to end sooner grown than at its size, the
-    re-forming counted (`grown_rest_s`); a gang whose end is not known (a long-running tier,
-    no prediction and no bound) is taken to run long enough for any grow to pay."""
+    re-forming counted (`grown_rest_s`). A gang whose end is not known (no prediction and no
+    bound) grows only when re-forming costs it little: it serves (a long-running tier, whose
+    restart loses no run) or declares a checkpoint interval (it loses at most one); a gang
+    without checkpoints would lose its whole run for a gain nobody can predict."""
     if math.isinf(rest_s):
-        return True
+        return long_running or gang.checkpoint_interval_s is not None
     return grown_rest_s(gang, add, rest_s=rest_s, now=now) < rest_s
 
 

@@ -52,8 +52,9 @@ def is_eligible(
     preemptor reclaims its tenant's nominal quota from another tenant's borrowed use.
 
     A preemptor that would borrow takes only idle devices (PRODUCT §3), so of other tenants
-    it evicts borrowed use only: their use within nominal would queue again owed its devices
-    (module `owed`), the preemptor could not get them, and the two would evict each other."""
+    it evicts only gangs wholly borrowed: use within nominal, even part of a gang, would queue
+    again owed its devices (module `owed`), held where the preemptor needs them, and the two
+    would evict each other."""
     return _by_tier(victim, rights=rights, tiers=tiers, now=now) or _by_reclaim(victim, rights)
 
 
@@ -68,7 +69,11 @@ def _by_tier(victim: RunningJob, *, rights: Rights, tiers: Mapping[str, Tier], n
     preemptor = tiers.get(rights.tier)
     if preemptor is not None and preemptor.always_preempts:
         minimum = 0.0
-    if not rights.may_reclaim and victim.borrowed == 0 and victim.tenant != rights.job.tenant:
+    if (
+        not rights.may_reclaim
+        and victim.borrowed < victim.device_count
+        and victim.tenant != rights.job.tenant
+    ):
         return False
     return rank < rights.rank and now - victim.started_at >= minimum
 

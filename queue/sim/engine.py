@@ -4,8 +4,10 @@ Owns applying a policy's decisions to the simulated cluster: admissions hold dev
 after the job's run time (startup is instantaneous; an elastic job started below its maximum
 takes longer, its work being device-seconds), preemption victims are evicted whole after
 a grace period and requeued with their original submission time, and a gang whose last replica
-does not start within its startup timeout is torn down whole. It checks rule 1 (no device
-held twice) and rule 3 (quota) on every admission. It never decides who runs: the policy does.
+does not start within its startup timeout is torn down whole. An elastic gang may be grown at
+once or shrunk after a grace period (rule 13): it re-forms at its new size from its last
+checkpoint, never requeued. It checks rule 1 (no device held twice) and rule 3 (quota) on every
+admission and grow. It never decides who runs: the policy does.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from gangq.queue.core.model import (
     DEFAULT_TIERS,
     Admission,
     CycleResult,
+    Grow,
     JobKey,
-    PendingJob,
-    RunningJob,
+    ReplicaPlacement,
     Snapshot,
+    Victim,
 )
-from gangq.queue.sim import cluster, stall
+from gangq.queue.sim import checkpoint, cluster, stall, view
 from gangq.queue.sim.outcome import JobRecord, Outcome, Timeline
 from gangq.queue.sim.policy import SimPolicy
 from gangq.queue.sim.trace import Trace, TraceJob
@@ -38,7 +41,10 @@ SLIP_TOLERANCE_S = 60.0
 EVICTION_GRACE_S = 30.0
 """Kubernetes' default termination grace period: a victim holds its devices (marked evicting,
 which the core counts as coming free for its preemptor) until its pods are gone; then the gang
-rejoins the queue."""
+rejoins the queue (a shrunk one re-forms with the replicas it keeps)."""
+
+GROW_CAUSE = "grow"
+"""`Outcome.lost_by_cause`'s key for the work and restart a gang's grow costs it."""
 
 CHECKPOINT_SAVE_S = 60.0
 """How long a job that checkpoints takes to save and report one when asked before an eviction
@@ -58,8 +64,9 @@ class EventKind(enum.IntEnum):
     FINISH = 0
     TEARDOWN = 1
     EVICTED = 2
-    ARRIVAL = 3
-    WAKE = 4
+    SHRUNK = 3
+    ARRIVAL = 4
+    WAKE = 5
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -148,8 +155,11 @@ class Simulation:
         if event.kind is EventKind.EVICTED and record.evicting_since is not None:
             self._end_eviction(record, now=event.time)
             return True
+        if event.kind is EventKind.SHRUNK and record.shrinking_to is not None:
+            self._end_shrink(record, keep=record.shrinking_to, now=event.time)
+            return True
         if event.kind is EventKind.FINISH and record.started_at is not None:
-            self._lose(record.held_devices * record.restart_s, cause=record.evicted_for)
+            self._lose(record.held_devices * record.restart_s, cause=record.restarted_for)
             self._learn(record, now=event.time)
             self._release(record)
             record.finished_at = event.time
@@ -164,7 +174,7 @@ class Simulation:
 
     def _cycle(self, now: float) -> None:
         snapshot = self._snapshot()
-        if not snapshot.pending:
+        if not snapshot.pending and not snapshot.growable:
             return
         result = self.policy.decide(snapshot, now=now)
         self.outcome.cycles += 1
@@ -172,6 +182,8 @@ class Simulation:
             self.records[key].wait_for(reason.cause or reason.code, now=now)
         for admission in result.admissions:
             self._admit(admission, now=now)
+        for grow in result.grows:
+            self._grow(grow, now=now)
         self._note_reservations(result, now=now)
         self._evict_victims(result, now=now)
         self._after_cycle(self._snapshot(), now=now, decide_again_at=result.decide_again_at)
@@ -206,21 +218,7 @@ class Simulation:
         for replica in admission.placement:
             if replica.replica in record.placement or not 0 <= replica.replica < job.replicas:
                 raise SimulationError(f"{job.key}: replica {replica.replica} is placed or unknown")
-            for device in replica.devices:
-                self._hold(device, job=job.key, node=replica.node)
-            record.placement[replica.replica] = replica
-        count = sharing.placement_equivalent(
-            admission.placement, self.inventory.devices, self.inventory.counters
-        )
-        use = self.tenant_use.get(job.tenant, 0) + count
-        if use > self.limits.get(job.tenant, 0):
-            shown = sharing.format_equivalent(use)
-            raise SimulationError(f"rule 3: tenant {job.tenant} would use {shown} GPUs")
-        self.tenant_use[job.tenant] = use
-        record.held_gpus += float(count) / sharing.WHOLE
-        if self._overcommits(admission):
-            self.outcome.counter_overcommits += 1
-        record.borrowed += admission.borrowed
+        self._take(record, admission.placement, borrowed=admission.borrowed)
         newly_holding = record.held_since is None
         if newly_holding:
             record.held_since = now
@@ -233,6 +231,42 @@ class Simulation:
             )
         if len(record.placement) == record.size:
             self._start(record, now=now)
+
+    def _take(
+        self, record: JobRecord, placement: tuple[ReplicaPlacement, ...], *, borrowed: int
+    ) -> None:
+        """Give the job these replicas' devices, within its tenant's quota (rules 1 and 3)."""
+        job = record.job
+        for replica in placement:
+            for device in replica.devices:
+                self._hold(device, job=job.key, node=replica.node)
+            record.placement[replica.replica] = replica
+        count = sharing.placement_equivalent(
+            placement, self.inventory.devices, self.inventory.counters
+        )
+        use = self.tenant_use.get(job.tenant, 0) + count
+        if use > self.limits.get(job.tenant, 0):
+            shown = sharing.format_equivalent(use)
+            raise SimulationError(f"rule 3: tenant {job.tenant} would use {shown} GPUs")
+        self.tenant_use[job.tenant] = use
+        record.held_gpus += float(count) / sharing.WHOLE
+        if self._overcommits(placement):
+            self.outcome.counter_overcommits += 1
+        record.borrowed += borrowed
+
+    def _give_back(self, record: JobRecord, replicas: list[int]) -> None:
+        """Free these replicas' devices; a gang returns its borrowed devices first."""
+        placement = [record.placement.pop(replica) for replica in replicas]
+        for replica in placement:
+            for device in replica.devices:
+                del self.holder[device]
+        tenant = record.job.tenant
+        held = sharing.placement_equivalent(
+            placement, self.inventory.devices, self.inventory.counters
+        )
+        self.tenant_use[tenant] = self.tenant_use.get(tenant, 0) - held
+        record.held_gpus -= float(held) / sharing.WHOLE
+        record.borrowed -= min(record.borrowed, sum(len(p.devices) for p in placement))
 
     def _size_of(self, record: JobRecord, admission: Admission) -> int:
         """The size an attempt runs at: a whole-gang policy's first admission is the gang it
@@ -249,13 +283,13 @@ class Simulation:
             )
         return size
 
-    def _overcommits(self, admission: Admission) -> bool:
-        """Rule 12, counted by brute force: some counter set an admitted device consumes is
+    def _overcommits(self, placement: tuple[ReplicaPlacement, ...]) -> bool:
+        """Rule 12, counted by brute force: some counter set a newly held device consumes is
         over-committed by all the devices held now."""
         devices = self.inventory.devices
         touched = {
             set_id
-            for replica in admission.placement
+            for replica in placement
             for device in replica.devices
             for set_id, _ in devices[device].consumes
         }
@@ -292,6 +326,15 @@ class Simulation:
         record.wait_for(None, now=now)
         self.waiting.pop(record.job.key, None)
         job = record.job
+        if job.max_runtime_s is not None:
+            # the bound is on wall time: a smaller size does not get longer
+            record.ends_by = now + record.restart_s + job.max_runtime_s
+        self._run(record, now=now)
+
+    def _run(self, record: JobRecord, *, now: float) -> None:
+        """Plan the run from `now` at the gang's size: its restart, then the rest of its work,
+        stopped at its bound."""
+        job = record.job
         predicted = self.predictor.predict(_shape(job), max_runtime_s=job.max_runtime_s)
         if record.predicted_run_s is None:
             record.predicted_run_s = predicted
@@ -301,13 +344,10 @@ class Simulation:
             record.predicted_end = now + record.restart_s + rest
         run_s = job.run_s
         if run_s is not None:
-            left = self._at_size(record, max(run_s - record.progress_s, 0.0))
-            if job.max_runtime_s is not None:
-                # the bound is on wall time: a smaller size does not get longer
-                left = min(left, job.max_runtime_s)
-            left += record.restart_s
-            event = Event(now + left, EventKind.FINISH, job.key, record.attempt)
-            heapq.heappush(self.events, event)
+            end = now + record.restart_s + self._at_size(record, max(run_s - record.progress_s, 0))
+            if record.ends_by is not None:
+                end = min(end, record.ends_by)
+            heapq.heappush(self.events, Event(end, EventKind.FINISH, job.key, record.attempt))
 
     @staticmethod
     def _at_size(record: JobRecord, work_s: float) -> float:
@@ -328,45 +368,113 @@ class Simulation:
             self.outcome.predictions.append((record.predicted_run_s, run_s))
 
     def _release(self, record: JobRecord) -> None:
-        for replica in record.placement.values():
-            for device in replica.devices:
-                del self.holder[device]
-        tenant = record.job.tenant
-        held = sharing.placement_equivalent(
-            record.placement.values(), self.inventory.devices, self.inventory.counters
-        )
-        self.tenant_use[tenant] = self.tenant_use.get(tenant, 0) - held
+        self._give_back(record, list(record.placement))
         record.held_gpus = 0.0
-        record.placement = {}
         record.size = None
-        record.borrowed = 0
         record.held_since = None
-        record.started_at = None
+        record.started_at = record.ends_by = record.shrinking_to = None
         record.evicting_since = record.evicting_by = record.saved_on_request_at = None
         del self.holding[record.job.key]
 
     def _evict_victims(self, result: CycleResult, *, now: float) -> None:
         """Rule 6: whole gangs go, after their grace period; one that opted in is asked for a
-        checkpoint first and its pods are deleted once it answers or its grace ends."""
+        checkpoint first and its pods are deleted once it answers or its grace ends. A victim
+        with `keep` is shrunk alike (rule 13): only its replicas from `keep` on go. A gang
+        already shrinking is not chosen again until its shrink is done, as the store leaves
+        it (the core may choose the part it keeps)."""
         for preemption in result.preemptions:
             tier = self.records[preemption.job].job.tier
             for victim in preemption.victims:
                 record = self.records.get(victim.job)
                 if record is None or record.held_since is None or record.evicting_since is not None:
                     raise SimulationError(f"{victim.job}: chosen as a victim but not running")
+                if record.shrinking_to is not None:
+                    continue
                 cause = f"reclaim by {tier}" if victim.reclaim else f"{tier} > {record.job.tier}"
+                if victim.keep is not None:
+                    self._shrink(record, victim, cause=f"{cause} (shrink)", now=now)
+                    continue
                 record.evicting_since = now
                 record.evicting_for = cause
                 record.evictions += 1
                 self.outcome.evictions += 1
-                asked_s = self._ask_for_checkpoint(record, now=now)
-                event = Event(
-                    now + asked_s + EVICTION_GRACE_S, EventKind.EVICTED, victim.job, record.attempt
-                )
-                heapq.heappush(self.events, event)
+                self._after_grace(record, EventKind.EVICTED, now=now)
+
+    def _after_grace(self, record: JobRecord, kind: EventKind, *, now: float) -> None:
+        """Ask the victim for a checkpoint, and delete its pods once it answers or its grace
+        ends: `kind` happens when they are gone."""
+        asked_s = self._ask_for_checkpoint(record, now=now)
+        event = Event(now + asked_s + EVICTION_GRACE_S, kind, record.job.key, record.attempt)
+        heapq.heappush(self.events, event)
+
+    def _shrink(self, record: JobRecord, victim: Victim, *, cause: str, now: float) -> None:
+        """Start shrinking an elastic gang to `victim.keep` replicas (rule 13), at least its
+        minimum and fewer than it runs with."""
+        keep = victim.keep
+        least = record.job.min_replicas
+        size = record.size or record.job.replicas
+        if keep is None or least is None or not least <= keep < size or record.is_partial:
+            raise SimulationError(f"{victim.job}: cannot shrink to {keep} from {size}")
+        record.shrinking_to = keep
+        record.evicting_for = cause
+        self._after_grace(record, EventKind.SHRUNK, now=now)
+
+    def _end_shrink(self, record: JobRecord, *, keep: int, now: float) -> None:
+        """The leaving pods are gone: the gang re-forms with the `keep` replicas it keeps, from
+        its last checkpoint, and runs on at that size; it never rejoins the queue."""
+        cause = record.evicting_for
+        self._settle(record, cause=cause, now=now)
+        self._give_back(record, [replica for replica in record.placement if replica >= keep])
+        record.size = keep
+        record.shrinks += 1
+        self.outcome.shrinks += 1
+        self._reform(record, cause=cause, now=now)
+
+    def _grow(self, grow: Grow, *, now: float) -> None:
+        """Add replicas to a running elastic gang at once (rule 13): it re-forms at its new size
+        from its last checkpoint."""
+        record = self.holding.get(grow.job)
+        if (
+            record is None
+            or record.started_at is None
+            or record.size is None
+            or record.evicting_since is not None
+            or record.shrinking_to is not None
+        ):
+            raise SimulationError(f"{grow.job}: grown but not running whole")
+        added = sorted(replica.replica for replica in grow.placement)
+        if added != list(range(record.size, grow.size)) or grow.size > record.job.replicas:
+            raise SimulationError(f"{grow.job}: grown by replicas {added} from {record.size}")
+        self._settle(record, cause=GROW_CAUSE, now=now)
+        self._take(record, grow.placement, borrowed=grow.borrowed)
+        record.size = grow.size
+        record.grows += 1
+        self.outcome.grows += 1
+        self._reform(record, cause=GROW_CAUSE, now=now)
+
+    def _reform(self, record: JobRecord, *, cause: str | None, now: float) -> None:
+        """The resized gang restarts now and runs the rest of its work at its new size."""
+        record.started_at = now
+        record.restart_s = record.job.restart_s
+        record.restarted_for = cause
+        record.shrinking_to = record.evicting_for = None
+        record.evicting_by = record.saved_on_request_at = None
+        record.attempt += 1
+        self._run(record, now=now)
+
+    def _settle(self, record: JobRecord, *, cause: str | None, now: float) -> None:
+        """The gang goes back to its last checkpoint: its saved work counts as progress, its
+        restart so far is lost to why it restarted and the rest since the checkpoint to
+        `cause`."""
+        settled = checkpoint.settle(record, now=now)
+        record.progress_s += settled.progress_s
+        record.lost_device_s += settled.lost_device_s
+        self._lose(settled.restarting_device_s, cause=record.restarted_for)
+        self._lose(settled.lost_device_s - settled.restarting_device_s, cause=cause)
 
     def _lose(self, device_s: float, *, cause: str | None) -> None:
-        """Count destroyed work, by the eviction that destroyed it (`Outcome.lost_by_cause`)."""
+        """Count destroyed work, by the eviction or resize that destroyed it
+        (`Outcome.lost_by_cause`)."""
         if device_s <= 0.0:
             return
         self.outcome.device_seconds_lost += device_s
@@ -390,20 +498,8 @@ class Simulation:
         """The victim's pods are gone: its work since its last checkpoint is lost and it queues
         again with its original submission time (PendingJob.submitted_at is always the
         arrival), to resume from that checkpoint."""
-        if record.started_at is not None:
-            ran = now - record.started_at
-            worked = max(ran - record.restart_s, 0.0)
-            saved = _checkpointed(worked, interval=record.job.checkpoint_interval_s)
-            if record.saved_on_request_at is not None:
-                saved = max(record.saved_on_request_at - record.started_at - record.restart_s, 0.0)
-            size = record.size or record.job.replicas
-            record.progress_s += elastic.work_of(saved, size=size, replicas=record.job.replicas)
-            lost = record.held_devices * (ran - saved)
-            record.lost_device_s += lost
-            restarting = record.held_devices * min(record.restart_s, ran - saved)
-            self._lose(restarting, cause=record.evicted_for)
-            self._lose(lost - restarting, cause=record.evicting_for)
-        record.evicted_for = record.evicting_for
+        self._settle(record, cause=record.evicting_for, now=now)
+        record.restarted_for = record.evicting_for
         self._release(record)
         record.restart_s = record.job.restart_s
         record.attempt += 1
@@ -432,55 +528,39 @@ class Simulation:
         device_class = self.trace.cluster.device_class
         now = self._now
         running = tuple(
-            RunningJob(
-                key=record.job.key,
-                uid=record.job.key,
-                tenant=record.job.tenant,
-                tier=record.job.tier,
-                priority=record.job.priority,
-                device_class=device_class,
-                placement=tuple(record.placement[i] for i in sorted(record.placement)),
-                started_at=record.held_since or 0.0,
-                max_runtime_s=record.job.max_runtime_s,
-                borrowed=record.borrowed,
-                is_evicting=record.evicting_since is not None,
-                evicting_by=record.evicting_by,
-                submitted_at=record.job.arrival_s,
-                predicted_end_at=record.predicted_end,
-                last_checkpoint_at=_last_checkpoint(record, now=now),
-                checkpoint_interval_s=record.job.checkpoint_interval_s,
-                restart_s=record.job.restart_s,
-                lost_before_device_s=record.lost_device_s,
-            )
+            gang
             for record in self.holding.values()
+            for gang in view.running(record, device_class=device_class, now=now)
         )
         pending = tuple(
-            PendingJob(
-                key=job.key,
-                uid=job.key,
-                tenant=job.tenant,
-                tier=job.tier,
-                priority=job.priority,
-                replicas=job.replicas,
-                devices_per_replica=job.devices_per_replica,
+            view.pending(
+                job,
                 device_class=device_class,
                 selectors=(*job.selectors, *self._profile(job)),
-                constraints=job.constraints,
-                topology=job.topology,
-                submitted_at=job.arrival_s,
-                max_runtime_s=job.max_runtime_s,
                 predicted_runtime_s=self._predicted_left(job),
                 queued_at=self.records[job.key].pending_since,
-                checkpoint_interval_s=job.checkpoint_interval_s,
-                restart_s=job.restart_s,
-                min_replicas=job.min_replicas,
             )
             for job in sorted(
                 (r.job for r in self.waiting.values()), key=lambda j: (j.arrival_s, j.key)
             )
         )
+        growable = tuple(
+            view.pending(
+                record.job,
+                device_class=device_class,
+                selectors=(*record.job.selectors, *self._profile(record.job)),
+                predicted_runtime_s=self._predicted_if_grown(record, now=now),
+                queued_at=None,
+            )
+            for record in self.holding.values()
+            if view.is_growable(record)
+        )
         return Snapshot(
-            inventory=self.inventory, quotas=self.trace.quotas, running=running, pending=pending
+            inventory=self.inventory,
+            quotas=self.trace.quotas,
+            running=running,
+            pending=pending,
+            growable=growable,
         )
 
     def _profile(self, job: TraceJob) -> tuple[str, ...]:
@@ -498,6 +578,16 @@ class Simulation:
             return None
         record = self.records[job.key]
         return record.restart_s + max(predicted - record.progress_s, 0.0)
+
+    def _predicted_if_grown(self, record: JobRecord, *, now: float) -> float | None:
+        """The predicted rest of a running gang's run at its maximum if it grew now: its
+        restart, then its prediction less the work its checkpoints hold."""
+        job = record.job
+        predicted = self.predictor.predict(_shape(job), max_runtime_s=job.max_runtime_s)
+        if predicted is None:
+            return None
+        saved = record.progress_s + checkpoint.settle(record, now=now).progress_s
+        return job.restart_s + max(predicted - saved, 0.0)
 
     def _sample(self, now: float) -> None:
         timeline = self.outcome.timeline
@@ -540,7 +630,7 @@ class Simulation:
         for record in self.holding.values():
             if record.started_at is not None:
                 spent = min(record.restart_s, horizon - record.started_at)
-                self._lose(record.held_devices * spent, cause=record.evicted_for)
+                self._lose(record.held_devices * spent, cause=record.restarted_for)
         for record in self.waiting.values():
             if record.pending_since is not None:
                 record.waited_s += horizon - record.pending_since
@@ -558,22 +648,6 @@ def _shape(job: TraceJob) -> prediction.RunShape:
         devices_per_replica=job.devices_per_replica,
         family=family,
     )
-
-
-def _checkpointed(ran_s: float, *, interval: float | None) -> float:
-    """Work saved by a run of `ran_s` seconds that checkpoints every `interval` seconds."""
-    if interval is None or ran_s <= 0:
-        return 0.0
-    return (ran_s // interval) * interval
-
-
-def _last_checkpoint(record: JobRecord, *, now: float) -> float | None:
-    interval = record.job.checkpoint_interval_s
-    if record.started_at is None or interval is None:
-        return None
-    resumed = record.started_at + record.restart_s
-    saved = _checkpointed(now - resumed, interval=interval)
-    return resumed + saved if saved > 0 else None
 
 
 def simulate(

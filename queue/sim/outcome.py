@@ -52,13 +52,21 @@ class JobRecord:
     """How long the current attempt restarts before its work resumes: the job's restart
     after an eviction, nothing on its first start."""
     lost_device_s: float = 0.0
-    """Device-seconds of work its evictions destroyed so far (the store keeps the same per
-    job): the core counts them against evicting it again (rule 6)."""
+    """Device-seconds of work its evictions and resizes destroyed so far (the store keeps the
+    same per job): the core counts them against evicting it again (rule 6)."""
     evicting_for: str | None = None
-    """Why it is being evicted now (`Outcome.lost_by_cause`'s key)."""
-    evicted_for: str | None = None
-    """Why its last eviction happened (`Outcome.lost_by_cause`'s key): its restart is lost
-    work of that cause too."""
+    """Why it is being evicted or shrunk now (`Outcome.lost_by_cause`'s key)."""
+    restarted_for: str | None = None
+    """Why its current run restarted (`Outcome.lost_by_cause`'s key): after an eviction or a
+    resize, its restart is lost work of that cause too."""
+    shrinking_to: int | None = None
+    """Chosen as a shrink victim (rule 13): it keeps this many replicas once its leaving pods
+    are gone; until then it holds all its devices, the leaving ones coming free."""
+    ends_by: float | None = None
+    """When the current attempt is stopped at the latest (`maxRuntimeSeconds` from its start),
+    whatever resizes it goes through."""
+    grows: int = 0
+    shrinks: int = 0
     predicted_end: float | None = None
     """When the current attempt is predicted to end (from the runs finished before it)."""
     predicted_run_s: float | None = None
@@ -154,12 +162,18 @@ class Outcome:
     timeline: Timeline
     cycles: int = 0
     evictions: int = 0
+    grows: int = 0
+    """Running elastic gangs given more replicas (rule 13)."""
+    shrinks: int = 0
+    """Elastic gangs a preemptor shrank instead of evicting them (rule 13)."""
     device_seconds_lost: float = 0.0
-    """Device-time of evicted gangs' work since their last checkpoint (they resume from it)."""
+    """Device-time of evicted or resized gangs' work since their last checkpoint (they resume
+    from it), and of their restarts."""
     lost_by_cause: dict[str, float] = field(default_factory=dict)
     """`device_seconds_lost` split by why the victims went: "PREEMPTOR_TIER > VICTIM_TIER"
-    for an eviction by tier, "reclaim by PREEMPTOR_TIER" for a reclaim of nominal quota; the
-    restart of a re-admitted victim counts with its eviction."""
+    for an eviction by tier, "reclaim by PREEMPTOR_TIER" for a reclaim of nominal quota, either
+    followed by " (shrink)" for a shrink, and "grow" for a gang re-formed at a larger size; the
+    restart of a re-admitted victim or a resized gang counts with its cause."""
     slips: dict[str, list[float]] = field(default_factory=dict)
     """Seconds each reservation moved later, by cause: `outlived` (a gang it waited on ran
     past its prediction) or `arrival` (a higher-ordered job took the devices first)."""

@@ -220,6 +220,8 @@ def summarize(outcome: Outcome) -> dict[str, Any]:
         "gang_start_failures": outcome.gang_start_failures,
         "deadlocks": outcome.deadlocks,
         "preemptions": outcome.evictions,
+        "grows": outcome.grows,
+        "shrinks": outcome.shrinks,
         "device_hours_lost": outcome.device_seconds_lost / HOUR,
         "device_hours_lost_by_cause": {
             cause: seconds / HOUR
@@ -294,7 +296,8 @@ def _rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("device-hours idle in partial gangs", f"{summary['partial_idle_device_hours']:.1f}"),
         ("deadlocks (gangs blocking each other)", str(summary["deadlocks"])),
         ("preemptions (gangs evicted)", str(summary["preemptions"])),
-        ("device-hours lost to preemption", f"{summary['device_hours_lost']:.1f}"),
+        ("elastic gangs grown / shrunk", f"{summary['grows']} / {summary['shrinks']}"),
+        ("device-hours lost to preemption and resizes", f"{summary['device_hours_lost']:.1f}"),
         *(
             (f"device-hours lost: {cause}", f"{hours:.1f}")
             for cause, hours in summary["device_hours_lost_by_cause"].items()

@@ -38,10 +38,17 @@ QUOTAS = (
 
 
 def _cycle(
-    job: PendingJob, *running: RunningJob, quotas: tuple[TenantQuota, ...] = QUOTAS, nodes: int = 1
+    job: PendingJob,
+    *running: RunningJob,
+    quotas: tuple[TenantQuota, ...] = QUOTAS,
+    nodes: int = 1,
+    per_node: int = 8,
 ) -> CycleResult:
     snapshot = Snapshot(
-        inventory=builders.cluster(nodes), quotas=quotas, running=running, pending=(job,)
+        inventory=builders.cluster(nodes, per_node=per_node),
+        quotas=quotas,
+        running=running,
+        pending=(job,),
     )
     return cycle.run_cycle(snapshot=snapshot, policy=ALWAYS_PAYS, now=NOW, matcher=DeviceMatcher())
 
@@ -109,6 +116,27 @@ def test_no_reclaim_when_the_preemptor_would_itself_borrow() -> None:
     borrower = builders.gang("serve", [("node-0", range(8))], tier="training", borrowed=8)
     result = _cycle(builders.job("x", tier="small"), borrower, quotas=quotas)
     assert result.preemptions == ()
+
+
+@pytest.mark.parametrize(("nominal", "evicted"), [(0, True), (2, False)])
+def test_a_borrower_evicts_only_gangs_wholly_borrowed_by_others(
+    nominal: int, evicted: bool
+) -> None:
+    """A gang partly within its tenant's nominal queues again owed that part: a borrower that
+    evicted it for a whole node would find the owed devices held on both nodes, could not
+    start, and the victims would come back, evicted again the next cycle (found by the
+    thrash property of test_core_reclaim)."""
+    quotas = (
+        builders.quota("team-a", 0, borrowing_limit=4),
+        builders.quota("team-b", nominal, borrowing_limit=4),
+    )
+    wide = builders.gang(
+        "wide", [("node-0", [0, 1]), ("node-1", [0, 1])], tier="training", borrowed=4 - nominal
+    )
+    thin = builders.gang("thin", [("node-0", [2]), ("node-1", [2])], tier="training", borrowed=2)
+    prod = builders.job("serve", tier="prod-inference", per_replica=4)
+    result = _cycle(prod, wide, thin, quotas=quotas, nodes=2, per_node=4)
+    assert sorted(_victims(result)) == (["team-b/thin", "team-b/wide"] if evicted else [])
 
 
 @pytest.mark.parametrize(("ran_for", "evicted"), [(30.0, False), (61.0, True)])

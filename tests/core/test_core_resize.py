@@ -184,9 +184,22 @@ def test_a_grow_pays_only_when_the_re_formed_gang_ends_sooner(
         )
 
 
-def test_a_gang_whose_end_is_unknown_grows() -> None:
-    gang = dataclasses.replace(_gang(checkpoint_interval_s=None), predicted_end_at=None)
-    assert _grown_to(_cycle(running=(gang,), growable=(_job(),))) == 4
+@pytest.mark.parametrize(
+    ("tier", "interval_s", "grows"),
+    [
+        pytest.param("training", 600.0, True, id="checkpoints"),
+        pytest.param("training", None, False, id="would-lose-its-whole-run"),
+        pytest.param("prod-inference", None, True, id="serving"),
+    ],
+)
+def test_a_gang_whose_end_is_unknown_grows_only_when_re_forming_costs_little(
+    tier: str, interval_s: float | None, grows: bool
+) -> None:
+    gang = dataclasses.replace(
+        _gang(checkpoint_interval_s=interval_s, tier=tier), predicted_end_at=None
+    )
+    job = _job(tier=tier)
+    assert (_grown_to(_cycle(running=(gang,), growable=(job,))) == 4) is grows
 
 
 def test_a_shrinking_gang_does_not_grow() -> None:
