@@ -40,8 +40,8 @@ async def _cycle(
 
 
 async def _running_at_two(database_url: str, sessions: Sessions) -> None:
-    """4 x 8 at most, 2 at least, without a runtime bound: two nodes hold 2 replicas, which
-    start."""
+    """4 x 8 at most, 2 at least, without a runtime bound but with checkpoints (so growing
+    it pays): two nodes hold 2 replicas, which start."""
     elastic = dataclasses.replace(
         job(KEY, replicas=4, devices_per_replica=8), min_replicas=2, max_runtime_s=None
     )
@@ -50,6 +50,8 @@ async def _running_at_two(database_url: str, sessions: Sessions) -> None:
             session, "ml-train", (quota("ml-train", nominal=32),), actor="admin", now=T0
         )
         await jobs.enqueue(session, [elastic], actor="test", now=T0)
+        # as the job's spec reports it (checkpoints.describe)
+        await session.execute(text("UPDATE jobs SET checkpoint_interval_s = 600"))
     result = await _cycle(database_url, sessions, inventory(2), now=T0 + 10)
     assert [len(a.placement) for a in result.admissions] == [2]
     async with sessions() as session, session.begin():
