@@ -1,9 +1,9 @@
 """Carrying out the grow of a running elastic gang (rule 13), from committed store state.
 
 Owns the three steps `lifecycle.assess` asks of a growing gang: build and release the added
-replicas, end the grow in the store once they all run, or undo it (the added
-pods, then their claims, go; only then does the store release their devices, rule 1). An undo
-once decided is carried through: the pods it deletes must not read as replicas to build.
+replicas, end the grow in the store once they all run, or undo it (the added pods, then their
+claims, go; only then does the store release their devices, rule 1). An undo once decided is
+carried through: the pods it deletes must not read as replicas to build.
 """
 
 from __future__ import annotations
