@@ -30,6 +30,7 @@ DEVICE_STATES = ("free", "reserved", "held_by_others")
 TENANT_DEVICE_KINDS = ("nominal", "borrowed")
 PREEMPTION_REASONS = ("priority", "reclaim", "scale_up", "other")
 START_FAILURE_REASONS = ("timeout", "pod_failed", "node_lost", "other")
+RESIZE_OUTCOMES = ("grown", "grow_undone", "shrunk")
 API_RETRY_REASONS = ("conflict", "throttled", "server_error", "unreachable", "other")
 API_ERROR_CODES = ("400", "401", "403", "422")
 API_RESOURCES = (
@@ -55,6 +56,7 @@ class Metrics:
     scheduling_cycle_seconds: Histogram
     release_skew_seconds: Histogram
     gang_start_failures: Counter
+    resizes: Counter
     largest_placeable_gang: Gauge
     leader: Gauge
     database_up: Gauge
@@ -133,6 +135,13 @@ def create_metrics() -> Metrics:
             "gangq_gang_start_failures",
             "Gangs torn down because they did not become Ready or lost a member while starting.",
             ["tier", "reason"],
+            registry=registry,
+        ),
+        resizes=Counter(
+            "gangq_elastic_resizes",
+            "Resizes of running elastic gangs carried out: grown (the added replicas run), "
+            "grow_undone (they did not come up) and shrunk (instead of an eviction).",
+            ["tier", "outcome"],
             registry=registry,
         ),
         largest_placeable_gang=Gauge(
@@ -224,6 +233,12 @@ def record_preemption(metrics: Metrics, victim_tier: str, *, reason: str) -> Non
 def record_gang_start_failure(metrics: Metrics, tier: str, *, reason: str) -> None:
     bounded = reason if reason in START_FAILURE_REASONS else "other"
     metrics.gang_start_failures.labels(tier=tier, reason=bounded).inc()
+
+
+def record_resize(metrics: Metrics, tier: str, *, outcome: str) -> None:
+    metrics.resizes.labels(
+        tier=tier, outcome=outcome if outcome in RESIZE_OUTCOMES else "other"
+    ).inc()
 
 
 def record_api_retry(metrics: Metrics, *, resource: str, reason: str) -> None:

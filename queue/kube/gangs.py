@@ -166,7 +166,9 @@ class Gangs:
         those of the moment it was decided, however many steps its teardown takes."""
         self._started: list[Held] = []
         self._ended: list[_Ended] = []
-        self.grows = growing.Grows(actuator=actuator, writes=writes, clock=clock, settings=settings)
+        self.grows = growing.Grows(
+            actuator=actuator, writes=writes, clock=clock, settings=settings, metrics=metrics
+        )
 
     async def load(self, session: AsyncSession) -> list[Held]:
         """Every gang holding devices, as the store and the caches show it now."""
@@ -514,6 +516,7 @@ class Gangs:
                 actor=self.settings.actor,
             )
         self.shrinks.pop((gang.uid, gang.admitted_at), None)
+        gangq_metrics.record_resize(self.metrics, held.row.tier, outcome="shrunk")
         logger.info("gang %s: %s, %d devices released", gang.key, verdict.reason, freed)
         if gang.job is not None:
             lost_h = (verdict.lost_device_s or 0.0) / 3600.0
@@ -557,7 +560,9 @@ class Gangs:
         elif verdict.action is lifecycle.Action.ANNOUNCE_SIZE:
             await self.actuator.announce_size(gang, verdict.replicas)
         elif verdict.action in growing.GROW_ACTIONS:
-            skew = await self.grows.carry_out(gang, verdict, inventory=inventory)
+            skew = await self.grows.carry_out(
+                gang, verdict, inventory=inventory, tier=held.row.tier
+            )
             if skew is not None:
                 gangq_metrics.observe_release_skew(self.metrics, skew)
 

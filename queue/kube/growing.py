@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
 from gangq.queue.core import model
 from gangq.queue.kube import lifecycle, retry
@@ -36,8 +37,10 @@ class Grows:
         writes: leader.Fenced,
         clock: Callable[[], float],
         settings: ControllerSettings,
+        metrics: gangq_metrics.Metrics,
     ) -> None:
         self.actuator = actuator
+        self.metrics = metrics
         self.writes = writes
         self.clock = clock
         self.settings = settings
@@ -61,7 +64,12 @@ class Grows:
         return self.undoing.get(memo, verdict)
 
     async def carry_out(
-        self, gang: lifecycle.Gang, verdict: lifecycle.Verdict, *, inventory: model.Inventory
+        self,
+        gang: lifecycle.Gang,
+        verdict: lifecycle.Verdict,
+        *,
+        inventory: model.Inventory,
+        tier: str,
     ) -> float | None:
         """One pass of the verdict's step; returns the release skew of added replicas
         released by this pass, None otherwise."""
@@ -71,9 +79,9 @@ class Grows:
         if verdict.action is lifecycle.Action.GROW:
             return await self._build(gang, growth, inventory=inventory)
         if verdict.action is lifecycle.Action.GROWN:
-            await self._grown(gang, growth)
+            await self._grown(gang, growth, tier=tier)
         elif verdict.action is lifecycle.Action.UNDO_GROW:
-            await self._undo(gang, growth, verdict)
+            await self._undo(gang, growth, verdict, tier=tier)
         return None
 
     async def _build(
@@ -95,7 +103,7 @@ class Grows:
             self.undoing[(gang.uid, growth.started_at_s)] = verdict
         return skew
 
-    async def _grown(self, gang: lifecycle.Gang, growth: lifecycle.Growth) -> None:
+    async def _grown(self, gang: lifecycle.Gang, growth: lifecycle.Growth, *, tier: str) -> None:
         """Every added replica runs: the store ends the grow. The pods that show the old size
         are told the new one from then on, as any gang's pods that show another size are
         (`lifecycle.Action.ANNOUNCE_SIZE`), by this leader or the next."""
@@ -107,13 +115,20 @@ class Grows:
                 at=self.clock(),
                 actor=self.settings.actor,
             )
+        if ended:
+            gangq_metrics.record_resize(self.metrics, tier, outcome="grown")
         if ended and gang.job is not None:
             message = f"grew from {growth.from_size} to {gang.size} replicas"
             await self.actuator.event(gang.job, GROWN, message, warning=False)
             logger.info("gang %s %s", gang.key, message)
 
     async def _undo(
-        self, gang: lifecycle.Gang, growth: lifecycle.Growth, verdict: lifecycle.Verdict
+        self,
+        gang: lifecycle.Gang,
+        growth: lifecycle.Growth,
+        verdict: lifecycle.Verdict,
+        *,
+        tier: str,
     ) -> None:
         namespace = gang.key.partition("/")[0]
         added = [p.replica for p in gang.placement if p.replica >= growth.from_size]
@@ -133,6 +148,8 @@ class Grows:
             )
         self.undoing.pop((gang.uid, growth.started_at_s), None)
         self.undone[gang.uid] = growth.from_size
+        if freed:
+            gangq_metrics.record_resize(self.metrics, tier, outcome="grow_undone")
         if freed and gang.job is not None:
             message = f"{verdict.reason}; running on at {growth.from_size} replicas"
             await self.actuator.event(gang.job, GROW_FAILED, message, warning=True)

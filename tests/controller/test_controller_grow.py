@@ -242,6 +242,18 @@ def _watch_added_releases(harness: Harness, job: str) -> list[list[str]]:
     return partial
 
 
+def _resizes(harness: Harness, leader: str) -> dict[str, float]:
+    """`gangq_elastic_resizes_total` of the training tier by outcome, as the leader counted."""
+    registry = harness.metrics[leader].registry
+    found = {
+        outcome: registry.get_sample_value(
+            "gangq_elastic_resizes_total", {"tier": "training", "outcome": outcome}
+        )
+        for outcome in ("grown", "grow_undone", "shrunk")
+    }
+    return {outcome: value for outcome, value in found.items() if value}
+
+
 async def test_a_gang_at_its_minimum_grows_to_its_maximum_when_the_gang_beside_it_ends(
     wide: Harness, database_url: str, tmp_path: Path
 ) -> None:
@@ -288,6 +300,7 @@ async def test_a_gang_at_its_minimum_grows_to_its_maximum_when_the_gang_beside_i
     assert now_borrowed >= borrowed
     assert await _active_replicas(harness, "elastic") == [0, 1, 2, 3]
     assert bad_input.kube_events(harness, "elastic", "ml-train", "Grown")
+    assert _resizes(harness, "a") == {"grown": 1.0}
 
     async with bad_input.rest(database_url, tmp_path) as api:
         out = await bad_input.job_out(api, "ml-train", "elastic")
@@ -336,6 +349,7 @@ async def test_a_grow_whose_replicas_never_become_ready_is_undone(wide: Harness)
     assert harness.phase("elastic") == "Running"
     await wait_for(lambda: _size(harness, "elastic") == "2/4")
     assert "4/4" not in sizes, f"an undone grow showed as done: {sizes}"
+    assert _resizes(harness, "b") == {"grow_undone": 1.0}
 
 
 async def test_a_grow_whose_pods_the_api_server_refuses_is_undone_without_blame(

@@ -257,6 +257,10 @@ async def test_a_gang_without_grace_shrinks_at_once(wide: Harness, engine: Async
     assert 32 * (decided - started - 1) <= row.lost_device_s <= 32 * (done - started + 1)
     (shrunk,) = _events(harness, "Shrunk")
     assert shrunk["message"].startswith("shrunk from 4 to 2 replicas, 16 devices released")
+    counted = harness.metrics["a"].registry.get_sample_value(
+        "gangq_elastic_resizes_total", {"tier": "training", "outcome": "shrunk"}
+    )
+    assert counted == 1.0
 
 
 async def _claims_match_the_store(harness: Harness, engine: AsyncEngine, name: str) -> None:
