@@ -617,9 +617,10 @@ class LedgerOut(Schema):
     )
     by_tier: str | None
     evictions: int
+    shrinks: int = Field(description="elastic gangs shrunk instead of evicted")
     lost_device_hours: float
 
 
 class UsageReportOut(Schema):
     tenants: list[TenantUsageOut]
-    ledger: list[LedgerOut] = Field(description="evictions of the last 7 days")
+    ledger: list[LedgerOut] = Field(description="evictions and shrinks of the last 7 days")

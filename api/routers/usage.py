@@ -67,6 +67,7 @@ async def get_usage(principal: PrincipalDep, session: SessionDep) -> schemas.Usa
             by_tenant=_shown(principal, row.by_tenant),
             by_tier=row.by_tier,
             evictions=row.evictions,
+            shrinks=row.shrinks,
             lost_device_hours=round(row.lost_device_hours, 3),
         )
         for row in await usage.preemption_ledger(session, since=now - WEEK_S, until=now)

@@ -21,10 +21,10 @@ export async function render() {
   root.append(el("h2", {}, "Preemption ledger (last 7 days)"));
   root.append(report.ledger.length ? table("Evictions suffered and caused", [
     "Evicted tenant", "Evicted tier", "For tenant", "For tier", num("Evictions"),
-    num("Device-hours lost"),
+    num("Shrinks"), num("Device-hours lost"),
   ], report.ledger.map((r) => [
     r.victimTenant ?? "another tenant", r.victimTier, r.byTenant ?? "another tenant",
-    r.byTier ?? "—", r.evictions, r.lostDeviceHours.toFixed(3),
+    r.byTier ?? "—", r.evictions, r.shrinks, r.lostDeviceHours.toFixed(3),
   ])) : el("p", { class: "muted" }, "No eviction in the last 7 days."));
   return root;
 }

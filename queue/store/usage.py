@@ -75,7 +75,8 @@ PREEMPTION_LEDGER = text(
     """
     SELECT v.tenant AS victim_tenant, v.tier AS victim_tier,
            p.tenant AS by_tenant, p.tier AS by_tier,
-           COUNT(*) FILTER (WHERE e.kind = 'preempted') AS evictions,
+           COUNT(*) FILTER (WHERE e.kind = 'preempted' AND NOT e.details ? 'to') AS evictions,
+           COUNT(*) FILTER (WHERE e.kind = 'preempted' AND e.details ? 'to') AS shrinks,
            SUM(COALESCE(CAST(e.details->>'lost_device_h' AS double precision), 0))
                AS lost_device_hours
     FROM events e JOIN jobs v ON v.id = e.job_id
@@ -103,13 +104,17 @@ class LedgerRow:
     by_tenant: str | None
     by_tier: str | None
     evictions: int
+    shrinks: int
+    """Elastic gangs shrunk instead of evicted (rule 13): their history entry names the size
+    they keep (`to`)."""
     lost_device_hours: float
 
 
 async def preemption_ledger(
     session: AsyncSession, *, since: float, until: float
 ) -> tuple[LedgerRow, ...]:
-    """Evictions in [since, until): who suffered them, who caused them, what they cost."""
+    """Evictions and shrinks in [since, until): who suffered them, who caused them, what they
+    cost."""
     if until <= since:
         raise InvalidInputError("ledger window is empty: `since` must be before `until`")
     rows = await session.execute(
@@ -123,6 +128,7 @@ async def preemption_ledger(
             by_tenant=row.by_tenant,
             by_tier=row.by_tier,
             evictions=int(row.evictions),
+            shrinks=int(row.shrinks),
             lost_device_hours=float(row.lost_device_hours),
         )
         for row in rows

@@ -118,6 +118,7 @@ async def test_usage_gives_quotas_use_hours_and_the_ledger_per_readable_tenant(
             "byTenant": "team-a",
             "byTier": "training",
             "evictions": 1,
+            "shrinks": 0,
             "lostDeviceHours": 1.5,
         }
     ]

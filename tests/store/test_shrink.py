@@ -148,8 +148,8 @@ async def test_a_done_shrink_releases_the_leaving_replicas_and_runs_on(
     }
     (gang,) = loaded.snapshot.running
     assert (gang.size, gang.is_evicting, gang.lost_before_device_s) == (2, False, 32 * 90.0)
-    assert [(r.victim_tenant, r.evictions, r.lost_device_hours) for r in ledger] == [
-        ("ml-train", 1, 0.8)
+    assert [(r.victim_tenant, r.evictions, r.shrinks, r.lost_device_hours) for r in ledger] == [
+        ("ml-train", 0, 1, 0.8)
     ]
     with pytest.raises(InvalidInputError, match="not shrinking"):
         async with session_factory() as session, session.begin():
