@@ -101,15 +101,21 @@ async def last_placements(
 ) -> dict[int, tuple[model.ReplicaPlacement, ...]]:
     """Per job row, the placement its latest admission recorded: where it ran last, which
     outlives the reservations' release (a finished or requeued job's last attempt); rows
-    never admitted are left out."""
+    never admitted are left out. An elastic gang's resizes since count (rule 13): a shrink
+    (`released` naming the size kept, `to`) or an undone grow (`released` naming the grow,
+    whose added replicas start at `grow.from`) leaves out the replicas that went."""
     latest = (
         select(func.max(EventRow.id))
         .where(EventRow.job_id.in_(list(job_ids)), EventRow.kind == EventKind.ADMITTED)
         .group_by(EventRow.job_id)
     )
-    rows = await session.execute(
-        select(EventRow.job_id, EventRow.details).where(EventRow.id.in_(latest))
-    )
+    rows = (
+        await session.execute(
+            select(EventRow.job_id, EventRow.id, EventRow.details).where(EventRow.id.in_(latest))
+        )
+    ).all()
+    admitted_at = {cast(int, job_id): cast(int, event_id) for job_id, event_id, _ in rows}
+    kept = await _sizes_after_resizes(session, admitted_at)
     return {
         cast(int, job_id): tuple(
             model.ReplicaPlacement(
@@ -118,9 +124,34 @@ async def last_placements(
                 devices=tuple(DeviceId(str(device)) for device in replica["devices"]),
             )
             for replica in details.get("placement") or ()
+            if int(replica["replica"]) < kept.get(cast(int, job_id), int(replica["replica"]) + 1)
         )
-        for job_id, details in rows
+        for job_id, _, details in rows
     }
+
+
+async def _sizes_after_resizes(
+    session: AsyncSession, admitted_at: dict[int, int]
+) -> dict[int, int]:
+    """Per job row, the fewest replicas a shrink or an undone grow left it since the event
+    `admitted_at` names; jobs with no such resize are left out."""
+    if not admitted_at:
+        return {}
+    released = await session.execute(
+        select(EventRow.job_id, EventRow.id, EventRow.details).where(
+            EventRow.job_id.in_(list(admitted_at)), EventRow.kind == EventKind.RELEASED
+        )
+    )
+    kept: dict[int, int] = {}
+    for job_id, event_id, details in released:
+        job = cast(int, job_id)
+        if event_id <= admitted_at[job] or not details:
+            continue
+        grow = details.get("grow")
+        size = grow.get("from") if isinstance(grow, dict) else details.get("to")
+        if isinstance(size, int):
+            kept[job] = min(kept.get(job, size), size)
+    return kept
 
 
 async def recent(

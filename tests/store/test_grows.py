@@ -222,6 +222,7 @@ async def test_an_undone_grow_releases_the_added_replicas_and_keeps_the_old_size
     assert (record.phase, record.size, record.grown_from) == ("Running", 2, None)
     assert record.borrowed == 0, "the devices given back were the borrowed ones"
     assert [p.replica for p in detail.placement] == [0, 1]
+    assert [p.replica for p in detail.last_placement] == [0, 1], "where it ran last, undone"
     assert (str(detail.history[-1].kind), detail.history[-1].reason) == ("released", reason)
     (growable,) = await _growable(session_factory)
     assert growable.key == KEY, "once undone, the gang may grow again"

@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core import model
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.store import admission, jobs, reservations, snapshot, tenants, usage
-from gangq.queue.store.models import JobRow
+from gangq.queue.store import admission, events, jobs, reservations, snapshot, tenants, usage
+from gangq.queue.store.models import EventKind, JobRow
 
 from .samples import T0, hold, inventory, job, placement, quota
 
@@ -40,6 +40,25 @@ async def _running(sessions: Sessions, *, grace_s: float | None, borrowed: int =
             .where(JobRow.name == "elastic")
             .values(size=4, borrowed=borrowed, started_at=JobRow.admitted_at)
         )
+
+
+async def _admitted_on_four_nodes(sessions: Sessions) -> None:
+    """The history entry an admission writes, with the placement where the job ran."""
+    row = await _row(sessions)
+    placement = [
+        {"replica": r, "node": f"node-{r}", "devices": [f"gpu/node-{r}/{d}" for d in range(8)]}
+        for r in range(4)
+    ]
+    admitted = events.Event(
+        kind=EventKind.ADMITTED,
+        actor="test",
+        at=T0 - 3600,
+        job_key=KEY,
+        tenant="ml-train",
+        details={"placement": placement},
+    )
+    async with sessions() as session, session.begin():
+        await events.record(session, [(row.id, admitted)])
 
 
 async def _preempt(sessions: Sessions, *, keep: int, lost_device_s: float = 0.0) -> None:
@@ -112,6 +131,7 @@ async def test_a_done_shrink_releases_the_leaving_replicas_and_runs_on(
     session_factory: Sessions,
 ) -> None:
     await _running(session_factory, grace_s=60.0, borrowed=24)
+    await _admitted_on_four_nodes(session_factory)
     await _preempt(session_factory, keep=2)
     async with session_factory() as session, session.begin():
         freed = await jobs.shrunk(
@@ -125,6 +145,10 @@ async def test_a_done_shrink_releases_the_leaving_replicas_and_runs_on(
     assert freed == 16
     row = await _row(session_factory)
     assert (row.phase, row.size, row.replicas, row.borrowed) == ("Running", 2, 4, 8)
+    async with session_factory() as session:
+        detail = await jobs.get_job(session, KEY)
+    assert detail is not None
+    assert [p.replica for p in detail.last_placement] == [0, 1], "where it runs last, shrunk"
     assert (row.evicting, row.shrink_to, row.evicted_for) == (False, None, None)
     assert (row.checkpoint_requested_at, row.evict_by) == (None, None)
     assert row.lost_device_s == 32 * 90.0
