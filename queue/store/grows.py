@@ -160,22 +160,14 @@ async def finish(
         return False
     row.grown_from = None
     row.updated_at = timestamps.to_datetime(at)
-    await events.record(
+    await jobs.record_event(
         session,
-        [
-            (
-                row.id,
-                events.Event(
-                    kind=EventKind.STARTED,
-                    actor=actor,
-                    at=at,
-                    job_key=key,
-                    tenant=row.tenant,
-                    reason=f"grew from {grown_from} to {row.size} replicas, all pods running",
-                    details={"grow": {"from": grown_from, "to": row.size}},
-                ),
-            )
-        ],
+        row,
+        kind=EventKind.STARTED,
+        actor=actor,
+        at=at,
+        reason=f"grew from {grown_from} to {row.size} replicas, all pods running",
+        details={"grow": {"from": grown_from, "to": row.size}},
     )
     return True
 
@@ -193,21 +185,13 @@ async def undo(
     tried = row.size
     freed = await jobs.release_from(session, row, keep=grown_from, at=at)
     row.updated_at = timestamps.to_datetime(at)
-    await events.record(
+    await jobs.record_event(
         session,
-        [
-            (
-                row.id,
-                events.Event(
-                    kind=EventKind.RELEASED,
-                    actor=actor,
-                    at=at,
-                    job_key=key,
-                    tenant=row.tenant,
-                    reason=reason,
-                    details={"devices_released": freed, "grow": {"from": grown_from, "to": tried}},
-                ),
-            )
-        ],
+        row,
+        kind=EventKind.RELEASED,
+        actor=actor,
+        at=at,
+        reason=reason,
+        details={"devices_released": freed, "grow": {"from": grown_from, "to": tried}},
     )
     return freed

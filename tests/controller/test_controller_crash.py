@@ -5,26 +5,13 @@ in turn, and a second controller takes over from a dead leader."""
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from typing import Any
 
 from sqlalchemy import text
 
 from gangq.queue.kube import lifecycle, resources
-from gangq.queue.kubesim.storage import Event
 from tests.controller.conftest import Harness, training_job, wait_for
-
-WATCHED = {"/pods", "resource.k8s.io/resourceclaims", "/services", "gangq.dev/trainingjobs"}
-
-
-def _double_allocations(harness: Harness) -> list[str]:
-    """Devices named by two allocated claims at once (the cluster side of rule 1)."""
-    seen: Counter[str] = Counter()
-    for claim in harness.objects(resources.RESOURCE_CLAIMS):
-        allocation = (claim.get("status") or {}).get("allocation") or {}
-        for result in (allocation.get("devices") or {}).get("results") or []:
-            seen[f"{result['driver']}/{result['pool']}/{result['device']}"] += 1
-    return [device for device, count in seen.items() if count > 1]
+from tests.controller.crashes import KillAfterWrite
 
 
 def _partially_released(harness: Harness) -> list[str]:
@@ -62,25 +49,11 @@ async def _state(harness: Harness) -> str:
 async def _crash_at(harness: Harness, index: int, *, name: str) -> bool:
     """Run a gang with the controller killed right after the `index`-th cluster write of the
     job's lifecycle; restart it and check the invariants. False when the run had fewer writes."""
-    doubles: list[str] = []
-    seen = 0
-    fired = asyncio.Event()
     holder = f"crash-{index}"
-
-    def on_event(event: Event) -> None:
-        nonlocal seen
-        doubles.extend(_double_allocations(harness))
-        if event.resource not in WATCHED or fired.is_set():
-            return
-        if (event.object.get("metadata") or {}).get("namespace") != "ml-train":
-            return
-        seen += 1
-        if seen == index:
-            fired.set()
-            harness.runs[holder][0].cancel()
-
+    killer = KillAfterWrite(harness, index, holder, namespace="ml-train")
+    fired, doubles = killer.fired, killer.doubles
     listeners = harness.cluster.registry.storage.listeners
-    listeners.append(on_event)
+    listeners.append(killer)
     try:
         harness.start(holder)
         await harness.kube.create(
@@ -103,7 +76,7 @@ async def _crash_at(harness: Harness, index: int, *, name: str) -> bool:
         await harness.stop(f"{holder}-again" if fired.is_set() else holder)
         return fired.is_set()
     finally:
-        listeners.remove(on_event)
+        listeners.remove(killer)
 
 
 async def test_a_crash_at_any_write_converges_without_leaks_or_half_released_gangs(
@@ -177,21 +150,10 @@ async def _preempt_with_crash_at(harness: Harness, index: int, *, tiers: object)
     )
     await wait_for(lambda: harness.phase(train) == "Running")
     await harness.stop("setup")
-    doubles: list[str] = []
-    seen = 0
-    fired = asyncio.Event()
-
-    def on_event(event: Event) -> None:
-        nonlocal seen
-        doubles.extend(_double_allocations(harness))
-        if event.resource in WATCHED and not fired.is_set():
-            seen += 1
-            if seen == index:
-                fired.set()
-                harness.runs["victim"][0].cancel()
-
+    killer = KillAfterWrite(harness, index, "victim")
+    fired, doubles = killer.fired, killer.doubles
     listeners = harness.cluster.registry.storage.listeners
-    listeners.append(on_event)
+    listeners.append(killer)
     try:
         job = training_job(serve, namespace="inference", tier="prod-inference", replicas=1)
         job["spec"]["template"]["metadata"]["annotations"].clear()
@@ -209,7 +171,7 @@ async def _preempt_with_crash_at(harness: Harness, index: int, *, tiers: object)
         assert not _partially_released(harness)
         assert not doubles, f"devices allocated twice after a crash at write {index}: {doubles}"
     finally:
-        listeners.remove(on_event)
+        listeners.remove(killer)
     for namespace, name in (("inference", serve), ("ml-train", train)):
         await harness.kube.delete(resources.TRAINING_JOBS, namespace, name)
     await wait_for(lambda: not harness.objects(resources.TRAINING_JOBS))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -28,10 +27,10 @@ from gangq.queue.kubesim.storage import Event
 from gangq.queue.store import database, grows, reservations, snapshot
 from tests.controller import api_refusals, bad_input
 from tests.controller.conftest import Harness, running_harness, training_job, wait_for
+from tests.controller.crashes import KillAfterWrite
 
 FOUR_NODES = Inventory(nodes=4, gpus_per_node=8, racks=2)
 JOBS = "gangq.dev/trainingjobs"
-WATCHED = {"/pods", "resource.k8s.io/resourceclaims", "/services", JOBS}
 
 
 @pytest.fixture
@@ -59,15 +58,6 @@ def _claims(harness: Harness, job: str) -> dict[int, dict[str, Any]]:
 def _env(pod: dict[str, Any]) -> dict[str, str]:
     (container,) = pod["spec"]["containers"]
     return {e["name"]: e["value"] for e in container["env"]}
-
-
-def _double_allocations(harness: Harness) -> list[str]:
-    seen: Counter[str] = Counter()
-    for claim in harness.objects(resources.RESOURCE_CLAIMS):
-        allocation = (claim.get("status") or {}).get("allocation") or {}
-        for result in (allocation.get("devices") or {}).get("results") or []:
-            seen[f"{result['driver']}/{result['pool']}/{result['device']}"] += 1
-    return [device for device, count in seen.items() if count > 1]
 
 
 NOT_GROWN_BY_THE_CYCLE = {"maxRuntimeSeconds": 3600, "restartSeconds": 3600}
@@ -456,22 +446,9 @@ async def _grow_with_crash_at(harness: Harness, index: int, *, undone: bool) -> 
         taint = {"key": "maintenance", "effect": "NoSchedule"}
         await harness.kube.patch(resources.NODES, "", node, {"spec": {"taints": [taint]}})
     await _grow(harness, job, leader="setup")
-    doubles: list[str] = []
-    seen = 0
-    fired, over = asyncio.Event(), asyncio.Event()
     holder = f"crash-{job}"
-
-    def on_event(event: Event) -> None:
-        nonlocal seen
-        doubles.extend(_double_allocations(harness))
-        if event.resource not in WATCHED or fired.is_set() or over.is_set():
-            return
-        if (event.object.get("metadata") or {}).get("namespace") != "ml-train":
-            return
-        seen += 1
-        if seen == index:
-            fired.set()
-            harness.runs[holder][0].cancel()
+    killer = KillAfterWrite(harness, index, holder, namespace="ml-train")
+    fired, over, doubles = killer.fired, killer.over, killer.doubles
 
     def settled() -> bool:
         if undone:
@@ -482,7 +459,7 @@ async def _grow_with_crash_at(harness: Harness, index: int, *, undone: bool) -> 
         )
 
     listeners = harness.cluster.registry.storage.listeners
-    listeners.append(on_event)
+    listeners.append(killer)
     harness.start(holder)
     survivor = holder
     try:
@@ -499,7 +476,7 @@ async def _grow_with_crash_at(harness: Harness, index: int, *, undone: bool) -> 
             await _grown_after_crash(harness, job, index=index, borrowed=before[-1])
         assert not doubles, f"devices allocated twice after a crash at write {index}: {doubles}"
     finally:
-        listeners.remove(on_event)
+        listeners.remove(killer)
     for node in tainted:
         await harness.kube.patch(resources.NODES, "", node, {"spec": {"taints": []}})
     await harness.kube.delete(resources.TRAINING_JOBS, "ml-train", job)

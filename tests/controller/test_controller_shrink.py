@@ -27,7 +27,7 @@ from gangq.queue.store import admission, database, jobs, reservations, snapshot
 from gangq.queue.store.models import JobRow
 from tests.controller import bad_input
 from tests.controller.conftest import Harness, running_harness, training_job, wait_for
-from tests.controller.test_controller_crash import WATCHED, _double_allocations
+from tests.controller.crashes import KillAfterWrite
 from tests.controller.test_controller_grow import NOT_GROWN_BY_THE_CYCLE
 
 FOUR_NODES = Inventory(nodes=4, gpus_per_node=8, racks=2)
@@ -285,21 +285,10 @@ async def _shrink_with_crash_at(
     spec = {} if grace_s is None else {"preemption": {"checkpointGraceSeconds": grace_s}}
     await _run_elastic(harness, name, **spec, **NOT_GROWN_BY_THE_CYCLE)
     await harness.stop("setup")
-    doubles: list[str] = []
-    seen = 0
-    fired = asyncio.Event()
-
-    def on_event(event: Event) -> None:
-        nonlocal seen
-        doubles.extend(_double_allocations(harness))
-        if event.resource in WATCHED and not fired.is_set():
-            seen += 1
-            if seen == index:
-                fired.set()
-                harness.runs["shrinker"][0].cancel()
-
+    killer = KillAfterWrite(harness, index, "shrinker")
+    fired, doubles = killer.fired, killer.doubles
     listeners = harness.cluster.registry.storage.listeners
-    listeners.append(on_event)
+    listeners.append(killer)
     try:
         await _shrink(engine, name)
         harness.start("shrinker")
@@ -317,7 +306,7 @@ async def _shrink_with_crash_at(
         )
         assert not doubles, f"devices allocated twice after a crash at write {index}: {doubles}"
     finally:
-        listeners.remove(on_event)
+        listeners.remove(killer)
     await harness.kube.delete(resources.TRAINING_JOBS, "ml-train", name)
     await wait_for(lambda: not harness.objects(resources.TRAINING_JOBS))
     await wait_for(lambda: not _claims(harness, name) and not _pods(harness, name))
