@@ -464,9 +464,6 @@ def _evicting(gang: Gang, context: Context) -> Verdict:
     answered = is_answered(context)
     if gang.is_running and not answered and context.now < deadline:
         return Verdict(Action.REQUEST_CHECKPOINT, reason="checkpoint requested")
-    started = context.started_at_s if context.started_at_s is not None else context.now
-    since = max(started, context.last_checkpoint_at_s or started)
-    devices = sum(len(p.devices) for p in gang.placement)
     if answered:
         reason = "preempted after the checkpoint it was asked for"
     elif gang.is_running:
@@ -478,8 +475,18 @@ def _evicting(gang: Gang, context: Context) -> Verdict:
         ending=Ending.PREEMPTED,
         reason=reason,
         cause="Preempted",
-        lost_device_s=devices * max(context.now - since, 0.0),
+        lost_device_s=_unsaved_device_s(gang, context),
     )
+
+
+def _unsaved_device_s(gang: Gang, context: Context) -> float:
+    """The work an eviction or a shrink destroys now: every device of the gang times the
+    time since its last checkpoint (since its start without one), as the whole gang goes
+    back to that checkpoint."""
+    started = context.started_at_s if context.started_at_s is not None else context.now
+    since = max(started, context.last_checkpoint_at_s or started)
+    devices = sum(len(p.devices) for p in gang.placement)
+    return devices * max(context.now - since, 0.0)
 
 
 def _shrinking(gang: Gang, context: Context, *, keep: int) -> Verdict:
@@ -505,9 +512,6 @@ def _shrinking(gang: Gang, context: Context, *, keep: int) -> Verdict:
         if gang.is_running and not answered and context.now < deadline:
             return Verdict(Action.REQUEST_CHECKPOINT, reason="checkpoint requested")
         grace = deadline - requested
-    started = context.started_at_s if context.started_at_s is not None else context.now
-    since = max(started, context.last_checkpoint_at_s or started)
-    devices = sum(len(p.devices) for p in gang.placement)
     reason = f"shrunk from {gang.size} to {keep} replicas"
     if not gang.is_running:
         reason += " before it started"
@@ -515,9 +519,7 @@ def _shrinking(gang: Gang, context: Context, *, keep: int) -> Verdict:
         reason += " after the checkpoint it was asked for"
     elif grace is not None:
         reason += f": no checkpoint within {grace:.0f}s of the request"
-    return Verdict(
-        Action.SHRINK, reason=reason, lost_device_s=devices * max(context.now - since, 0.0)
-    )
+    return Verdict(Action.SHRINK, reason=reason, lost_device_s=_unsaved_device_s(gang, context))
 
 
 def _untold(gang: Gang, pods: list[Mapping[str, Any] | None]) -> tuple[int, ...]:
