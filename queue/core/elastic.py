@@ -155,21 +155,12 @@ def split(gang: RunningJob, keep: int) -> tuple[RunningJob, RunningJob]:
     return kept, dataclasses.replace(gang, placement=leaving, borrowed=given_back, is_evicting=True)
 
 
-def since_checkpoint_s(gang: RunningJob, *, now: float) -> float:
-    """Wall time of the gang's run a re-forming loses: since its last checkpoint (or start),
-    at most one declared checkpoint interval, as an eviction's lost work counts it."""
-    since = now - max(gang.started_at, gang.last_checkpoint_at or gang.started_at)
-    if gang.checkpoint_interval_s is not None:
-        since = min(since, gang.checkpoint_interval_s)
-    return max(since, 0.0)
-
-
 def grown_rest_s(gang: RunningJob, add: int, *, rest_s: float, now: float) -> float:
     """How long the gang runs once grown by `add` replicas, `rest_s` being what it has left at
     its size: the whole gang re-forms from its last checkpoint (the work since is done again)
     and restarts, then its work, device-time, is shared by more replicas."""
     size = gang.size
-    work = (rest_s + since_checkpoint_s(gang, now=now)) * size
+    work = (rest_s + gang.unsaved_s(now)) * size
     return work / ((size + add) * SCALING_EFFICIENCY) + gang.restart_s
 
 

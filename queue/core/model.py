@@ -335,13 +335,19 @@ class RunningJob:
         part counts only its own, see `elastic.split`)."""
         return max((replica.replica for replica in self.placement), default=-1) + 1
 
-    def lost_work_device_s(self, now: float) -> float:
-        """Device-seconds of work an eviction now destroys (rule 6): since the later of the
-        start and the last checkpoint, and at most one declared checkpoint interval."""
+    def unsaved_s(self, now: float) -> float:
+        """Wall time of the run a return to the last checkpoint loses (an eviction, or the
+        re-forming of a resize): since the later of the start and the last checkpoint, and
+        at most one declared checkpoint interval."""
         since = now - max(self.started_at, self.last_checkpoint_at or self.started_at)
         if self.checkpoint_interval_s is not None:
             since = min(since, self.checkpoint_interval_s)
-        return self.device_count * max(since, 0.0)
+        return max(since, 0.0)
+
+    def lost_work_device_s(self, now: float) -> float:
+        """Device-seconds of work an eviction now destroys (rule 6): every device's
+        `unsaved_s`."""
+        return self.device_count * self.unsaved_s(now)
 
     def eviction_cost_device_s(self, now: float) -> float:
         """What evicting the gang now costs in device-seconds (rule 6): the work it destroys,
