@@ -142,8 +142,8 @@ class ControllerSettings(BaseSettings):
     tenants: tuple[TenantConfig, ...] = ()
     """Tenants written to the store when leadership is taken (the API may change them later)."""
     preemption_cost_factor: float = Field(default=1.0, gt=0)
-    """An eviction pays when the victims' lost device-seconds are at most this times the
-    preemptor's devices x its expected wait without it (rule 6, docs/sim.md)."""
+    """An eviction pays when the victims' lost device-seconds are at most this times what
+    waiting has cost the preemptor (rule 6, docs/sim.md)."""
     unsaved_borrow_s: float | None = Field(default=None, gt=0)
     """When set, borrowers without a checkpoint interval leave free the share of other tenants'
     unused nominal quota their expected run is of this many seconds (docs/sim.md); unset: off."""

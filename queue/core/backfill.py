@@ -251,11 +251,6 @@ def hold(
     return Hold(reservation=reservation, devices=devices, room=room)
 
 
-def blocking(holds: Sequence[Hold], *, job_end: float) -> tuple[Hold, ...]:
-    """Holds a job must respect: those whose reserved start comes before the job would end."""
-    return tuple(h for h in holds if h.reservation.start_at < job_end)
-
-
 def merged(holds: Sequence[Hold]) -> tuple[frozenset[DeviceId], dict[NodeName, Room]]:
     devices: frozenset[DeviceId] = frozenset().union(*(h.devices for h in holds))
     room: dict[NodeName, Room] = {}

@@ -49,7 +49,7 @@ class WaitCause(enum.StrEnum):
     EVICTING = "evicting"
     """Victims are leaving; the job is admitted when they are gone."""
     NOT_PAYING = "not-paying"
-    """An eviction would destroy more work than waiting costs."""
+    """An eviction by tier would destroy more work than waiting has cost."""
     RECLAIM_PATIENCE = "reclaim-patience"
     """A reclaim waits until its tenant's wait has cost as much as evicting borrowers would."""
     INVALID = "invalid"
@@ -241,16 +241,60 @@ def preemption(*, victims: tuple[str, ...], cost_device_h: float = 0.0) -> Pendi
 
 
 def preemption_does_not_pay(
-    *, victims: tuple[str, ...], cost_device_h: float, wait_s: float | None
+    *,
+    victims: tuple[str, ...],
+    cost_device_h: float,
+    idle: int,
+    idled_device_h: float,
+    evict_in_s: float | None,
+    free_in_s: float | None,
 ) -> PendingReason:
-    """Evicting would cost more device-time (lost work, restarts, work lost before) than the
-    job's expected wait (rule 6)."""
+    """Evicting by tier would cost more device-time (lost work, restarts, work lost before)
+    than the free devices of the job's place have stood idle while it waited (rule 6);
+    `evict_in_s` is the earliest that can change, None: never while the victims' unsaved work
+    grows at least as fast."""
     shown = ", ".join(victims[:2]) + (f" and {len(victims) - 2} more" if len(victims) > 2 else "")
-    waiting = "no predicted start" if wait_s is None else f"start in {approximately(wait_s)}"
+    idled = (
+        "no free device of its place idles meanwhile"
+        if idle == 0
+        else f"the {_plural(idle, 'free device')} of its place idled "
+        f"{_device_hours(idled_device_h)} meanwhile"
+    )
+    pays = (
+        "never pays while their unsaved work grows as fast"
+        if evict_in_s is None
+        else f"pays in {approximately(evict_in_s)} at the earliest"
+    )
+    free = (
+        "no devices predicted to free"
+        if free_in_s is None
+        else f"devices free in {approximately(free_in_s)} by prediction"
+    )
     return PendingReason(
         ReasonCode.PREEMPTION,
         f"preemption: evicting {shown} costs {_device_hours(cost_device_h)}, more than "
-        f"waiting costs ({waiting} by prediction)",
+        f"waiting: {idled}; evicting {pays} ({free})",
+        WaitCause.NOT_PAYING,
+    )
+
+
+def waiting_is_cheaper(
+    *,
+    victims: tuple[str, ...],
+    cost_device_h: float,
+    idle: int,
+    idle_device_h: float,
+    free_in_s: float,
+) -> PendingReason:
+    """Evicting by tier would have paid for the idle time already spent, but the devices are
+    predicted to free before the idle ones cost as much again (rule 6)."""
+    shown = ", ".join(victims[:2]) + (f" and {len(victims) - 2} more" if len(victims) > 2 else "")
+    return PendingReason(
+        ReasonCode.PREEMPTION,
+        f"preemption: evicting {shown} costs {_device_hours(cost_device_h)}, more than "
+        f"waiting: devices free in {approximately(free_in_s)} by prediction, while the "
+        f"{_plural(idle, 'free device')} of its place {'idles' if idle == 1 else 'idle'} "
+        f"{_device_hours(idle_device_h)}",
         WaitCause.NOT_PAYING,
     )
 

@@ -452,7 +452,8 @@ class Policy:
     backfill: bool = True
     preemption_cost_factor: float = 1.0
     """Preemption pays (rule 6) when the victims' lost device-seconds are at most this times
-    the preemptor's devices x its expected wait without the eviction (docs/sim.md)."""
+    what waiting has cost: the device-time a reclaimer's tenant was kept from its nominal
+    quota, or that the free devices of a tier preemptor's place stood idle (docs/sim.md)."""
     unsaved_borrow_s: float | None = None
     """When set, a borrower that declares no checkpoint interval leaves free the share of
     other tenants' unused nominal quota that its expected run is of this (all of it for a run

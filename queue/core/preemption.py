@@ -43,6 +43,10 @@ class Rights:
     rank: int
     tier: str
     may_reclaim: bool
+    by_loss: bool = False
+    """A tier that always preempts skips the pays test (`preemptor.weigh`), so the work its
+    victims lose is the only thing between it and a week's runs: it compares victim sets by
+    that first (`order_of`)."""
 
 
 def is_eligible(
@@ -116,6 +120,19 @@ MAX_EXACT_GANGS = 8
 cheapest ones in victim order); a node holding more is rare (one gang per device at most)."""
 
 
+Order = tuple[float, float, float, float]
+"""A `Cost` in the order a preemptor compares it (`order_of`)."""
+
+
+def order_of(cost: Cost, *, by_loss: bool) -> Order:
+    """Rule 6 compares victim sets by `set_cost` as it is; a preemptor with `Rights.by_loss`
+    by their eviction cost first, then the rest of it. Lower tiers and borrowed use still go
+    first among sets that lose as much, but never a long run instead of a short one: evicting
+    a node of week-long jobs to spare a gang that has just started protects nobody."""
+    rank, nominal, lost, count = cost
+    return (lost, rank, nominal, count) if by_loss else (rank, nominal, lost, count)
+
+
 def gang_cost(gang: RunningJob, *, ranks: Mapping[str, int], now: float) -> Cost:
     return (
         ranks.get(gang.tier, 0),
@@ -155,11 +172,12 @@ def cheapest_on_node(
     excluded: frozenset[DeviceId] = frozenset(),
     held_room: Mapping[NodeName, tuple[int, int, int]] | None = None,
     budget: SearchBudget | None = None,
+    by_loss: bool = False,
 ) -> tuple[tuple[RunningJob, ...], placement.Choice, Cost] | None:
-    """One replica on `node`: the cheapest set (`set_cost`) of the node's candidate gangs
-    whose removal lets the replica fit, by exact enumeration. Sets are tried cheapest first
-    (a proper subset is always cheaper), so the first that fits is minimal. None if no set
-    fits or the budget ran out (then `budget.is_exhausted`)."""
+    """One replica on `node`: the cheapest set (`set_cost`, in `order_of`) of the node's
+    candidate gangs whose removal lets the replica fit, by exact enumeration. Sets are tried
+    cheapest first (a proper subset is always cheaper), so the first that fits is minimal.
+    None if no set fits or the budget ran out (then `budget.is_exhausted`)."""
     budget = budget if budget is not None else SearchBudget(steps=1 << 62)
     supply = Supply(shape, pool, excluded=excluded, held_room=held_room, scope=(node,))
     for gang in coming_free:
@@ -187,7 +205,7 @@ def cheapest_on_node(
         members = [i for i in range(len(gangs)) if mask >> i & 1]
         if sum(on_node[i] for i in members) >= needed:
             subsets.append((_combine(costs[i] for i in members), mask))
-    subsets.sort()
+    subsets.sort(key=lambda subset: (order_of(subset[0], by_loss=by_loss), subset[1]))
     for cost, mask in subsets:
         if budget.is_exhausted:
             return None
@@ -215,11 +233,12 @@ def by_clearance(
     selector: SelectorKey,
     ranks: Mapping[str, int],
     now: float,
+    by_loss: bool = False,
 ) -> list[RunningJob]:
     """The candidates grouped by node, the node cheapest to clear first (`set_cost` of the
-    candidates holding matching devices there), each gang once. A gang of several replicas
-    needs whole nodes: the cheapest gangs one by one may each free half of another node and
-    cost more together than clearing fewer nodes whole."""
+    candidates holding matching devices there, in `order_of`), each gang once. A gang of
+    several replicas needs whole nodes: the cheapest gangs one by one may each free half of
+    another node and cost more together than clearing fewer nodes whole."""
     gangs = list(candidates)
     costs = {gang.key: gang_cost(gang, ranks=ranks, now=now) for gang in gangs}
     per_node: dict[NodeName, list[RunningJob]] = {}
@@ -229,7 +248,11 @@ def by_clearance(
             if matching and gang not in here:
                 here.append(gang)
     order = sorted(
-        per_node, key=lambda node: (_combine(costs[g.key] for g in per_node[node]), node)
+        per_node,
+        key=lambda node: (
+            order_of(_combine(costs[g.key] for g in per_node[node]), by_loss=by_loss),
+            node,
+        ),
     )
     seen: set[JobKey] = set()
     ordered: list[RunningJob] = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from gangq.queue.core import elastic, explain, placement, preemption
 from gangq.queue.core.device import DeviceId
@@ -43,7 +43,13 @@ def try_preempt(
     owed to tenants within nominal. When eviction does not pay, the job's reason says so but
     False is returned: the cycle still gives it a reservation."""
     tier = state.tiers[job.tier]
-    rights = preemption.Rights(job=job, rank=tier.rank, tier=tier.name, may_reclaim=may_reclaim)
+    rights = preemption.Rights(
+        job=job,
+        rank=tier.rank,
+        tier=tier.name,
+        may_reclaim=may_reclaim,
+        by_loss=tier.always_preempts,
+    )
     memo_key = (shape, tier.rank, job.tenant if may_reclaim else "")
     if memo_key in state.unpreemptable or state.budget.is_exhausted:
         return False
@@ -64,6 +70,7 @@ def try_preempt(
         job,
         shape,
         victims=victims,
+        choice=choice,
         rights=rights,
         state=state,
         excluded=excluded,
@@ -156,10 +163,13 @@ def _find(
     held_room: dict[NodeName, Room],
 ) -> tuple[tuple[RunningJob, ...], placement.Choice, list[RunningJob]] | None:
     """The victims (cheapest for one replica, greedy by victim order for gangs), the place
-    they free, and the gangs already evicting that the search counted on."""
-    claimed, tiers, now = state.claimed, state.tiers, state.now
+    they free, and the gangs already evicting that the search counted on. With
+    `Rights.by_loss` the candidates are taken least eviction cost first."""
+    claimed, tiers, now, by_loss = state.claimed, state.tiers, state.now, rights.by_loss
 
     def eligible(gangs: list[RunningJob]) -> Iterator[RunningJob]:
+        if by_loss:
+            gangs = sorted(gangs, key=lambda gang: gang.eviction_cost_device_s(now))
         for gang in gangs:
             if gang.key not in claimed and preemption.is_eligible(
                 gang, rights=rights, tiers=tiers, now=now
@@ -195,16 +205,21 @@ def _find(
                     scope=scope,
                     pool=state.pool,
                     candidates=preemption.by_clearance(
-                        prefix, pool=state.pool, selector=shape.selector, ranks=ranks, now=now
+                        prefix,
+                        pool=state.pool,
+                        selector=shape.selector,
+                        ranks=ranks,
+                        now=now,
+                        by_loss=by_loss,
                     ),
                     coming_free=evicting,
                     excluded=excluded,
                     held_room=held_room,
                     budget=state.budget,
                 )
-                if other is not None and preemption.set_cost(
-                    other[0], ranks=ranks, now=now
-                ) < preemption.set_cost(found[0], ranks=ranks, now=now):
+                if other is not None and _order(
+                    other[0], ranks=ranks, state=state, by_loss=by_loss
+                ) < _order(found[0], ranks=ranks, state=state, by_loss=by_loss):
                     found = other
             if found is not None:
                 return found[0], found[1], evicting
@@ -215,7 +230,7 @@ def _find(
     ranks = {name: t.rank for name, t in tiers.items()}
     best: tuple[tuple[RunningJob, ...], placement.Choice, preemption.Cost] | None = None
     compared = 0
-    for gangs, nodes in _victims_by_node(shape, state=state):
+    for gangs, nodes in _victims_by_node(shape, state=state, by_loss=by_loss):
         (node,) = nodes
         if _is_spoiled(node, shape, state=state):
             continue
@@ -230,12 +245,15 @@ def _find(
             excluded=excluded,
             held_room=held_room,
             budget=state.budget,
+            by_loss=by_loss,
         )
         if state.budget.is_exhausted:
             break
         if found_here is None:
             continue
-        if best is None or found_here[2] < best[2]:
+        if best is None or preemption.order_of(
+            found_here[2], by_loss=by_loss
+        ) < preemption.order_of(best[2], by_loss=by_loss):
             best = found_here
         compared += 1
         if compared >= NODES_COMPARED:
@@ -243,6 +261,13 @@ def _find(
     if best is None:
         return None
     return best[0], best[1], evicting
+
+
+def _order(
+    gangs: tuple[RunningJob, ...], *, ranks: dict[str, int], state: CycleState, by_loss: bool
+) -> preemption.Order:
+    cost = preemption.set_cost(gangs, ranks=ranks, now=state.now)
+    return preemption.order_of(cost, by_loss=by_loss)
 
 
 NODES_COMPARED = 8
@@ -255,6 +280,7 @@ def weigh(
     shape: placement.Shape,
     *,
     victims: tuple[RunningJob, ...],
+    choice: placement.Choice,
     rights: preemption.Rights,
     state: CycleState,
     excluded: frozenset[DeviceId],
@@ -263,59 +289,83 @@ def weigh(
     """Rule 6, preempt only when it pays. None: evict; else the reason the job waits instead.
 
     An eviction costs the victims' `eviction_cost_device_s` (lost work, restart, work lost
-    to earlier evictions) and `Policy.preemption_cost_factor` weighs it against waiting:
+    to earlier evictions). Waiting costs device-time too, and the eviction pays once what
+    waiting has already cost, times `Policy.preemption_cost_factor`, reaches that: ski
+    rental, which bets on no prediction (heavy-tailed runtimes are wrong by days), so an
+    eviction never destroys more than waiting had cost, and the two together never more
+    than twice the better of waiting and evicting at once, whenever the devices come free.
     - No victims (only gangs already evicting) or a tier that always preempts (prod
       inference): evict, the victims being the cheapest found.
     - A reclaim of nominal quota (some victim goes only because the job's tenant is under
-      nominal) is ski rental: it evicts once the device-time its tenant has been kept from
-      its nominal quota (`OwedDemand.kept_device_s`) reaches the cost. Waiting until then
-      costs at most what the eviction would, so a reclaim never pays more than twice what
-      the better of waiting and evicting at once would have, whenever the devices come
-      free; predictions, which can be wrong by days, do not enter.
-    - Otherwise the job's expected wait without eviction is when its shape fits as running
-      gangs end by prediction (`backfill.earliest_start`), never if it never fits, and the
-      eviction pays when its cost is at most the factor x the job's devices x that wait.
+      nominal): waiting costs the device-time the tenant has been kept from its nominal
+      quota (`OwedDemand.kept_device_s`).
+    - A preemption by tier: waiting costs the free devices of the job's place (`choice`),
+      which stand idle while it waits for the rest, for as long as it has waited (all of
+      that time: an overestimate when some freed later). Where its place is all taken,
+      nothing idles: it waits for those gangs to end. Once that pays, it still waits when
+      the devices are predicted to free before the idle ones would have cost as much
+      (`backfill.earliest_start`): a prediction that is wrong can only delay an eviction,
+      never make one. The jobs of one shape and tier share the first one's verdict within
+      a cycle.
     """
     tier = state.tiers[job.tier]
     if not victims or tier.always_preempts:
         return None
     now = state.now
     cost = sum(v.eviction_cost_device_s(now) for v in victims)
-    factor = state.policy.preemption_cost_factor
 
     def expected_wait() -> float | None:
         start = state.expected_start(shape, excluded=excluded, held_room=held_room)
         return None if start is None else start - now
 
     if any(preemption.is_reclaim(v, rights=rights, tiers=state.tiers, now=now) for v in victims):
-        return _weigh_reclaim(job, victims, cost=cost, expected_wait=expected_wait, state=state)
-    wait = expected_wait()
-    if wait is None or math.isinf(factor) or cost <= factor * job.device_count * wait:
-        return None
+        kept, rate = state.owed.kept_device_s(job, now=now)
+        pays, evict_in = _rent(victims, cost=cost, kept=kept, rate=rate, state=state)
+        if pays:
+            return None
+        return explain.reclaim_patience(
+            tenant=job.tenant,
+            kept_device_h=kept / 3600.0,
+            cost_device_h=cost / 3600.0,
+            evict_in_s=evict_in,
+            free_in_s=expected_wait(),
+        )
+    idle = sum(1 for _, devices in choice for device in devices if device.id in state.pool.free)
+    idled = idle * max(now - job.waiting_since, 0.0)
+    pays, evict_in = _rent(victims, cost=cost, kept=idled, rate=idle, state=state)
+    if pays:
+        factor, wait = state.policy.preemption_cost_factor, expected_wait()
+        if wait is None or math.isinf(factor) or cost <= factor * idle * wait:
+            return None
+        return explain.waiting_is_cheaper(
+            victims=tuple(v.key for v in victims),
+            cost_device_h=cost / 3600.0,
+            idle=idle,
+            idle_device_h=idle * wait / 3600.0,
+            free_in_s=wait,
+        )
     return explain.preemption_does_not_pay(
-        victims=tuple(v.key for v in victims), cost_device_h=cost / 3600.0, wait_s=wait
+        victims=tuple(v.key for v in victims),
+        cost_device_h=cost / 3600.0,
+        idle=idle,
+        idled_device_h=idled / 3600.0,
+        evict_in_s=evict_in,
+        free_in_s=expected_wait(),
     )
 
 
-def _weigh_reclaim(
-    job: PendingJob,
-    victims: tuple[RunningJob, ...],
-    *,
-    cost: float,
-    expected_wait: Callable[[], float | None],
-    state: CycleState,
-) -> explain.PendingReason | None:
-    """The ski-rental rule of `weigh` for a reclaim. While it waits, the reason says when
-    evicting may first pay: the tenant's kept device-time grows with the devices it is owed;
-    the cost grows with the unsaved work of victims that declare no checkpoint interval
-    (never, if that grows as fast) and falls back at each checkpoint of the others, so the
+def _rent(
+    victims: tuple[RunningJob, ...], *, cost: float, kept: float, rate: int, state: CycleState
+) -> tuple[bool, float | None]:
+    """The ski-rental test of `weigh`: whether evicting pays now, after `kept` device-seconds
+    of waiting that grow by `rate` devices; if not, in how long it may first pay. The cost
+    grows with the unsaved work of victims that declare no checkpoint interval (never pays,
+    None, if that grows as fast) and falls back at each checkpoint of the others, so the
     earliest is when the wait covers their cost without that work, or their next
-    checkpoint. The cycle at that time weighs again. The predicted wait only informs that
-    reason, so a reclaim that evicts never searches for it."""
+    checkpoint. The cycle at that time weighs again."""
     factor, now = state.policy.preemption_cost_factor, state.now
-    kept, rate = state.owed.kept_device_s(job, now=now)
     if math.isinf(factor) or cost <= factor * kept:
-        return None
+        return True, None
     saving = [v for v in victims if v.checkpoint_interval_s is not None]
     growth = sum(v.device_count for v in victims if v.checkpoint_interval_s is None)
     floor = cost - sum(v.lost_work_device_s(now) for v in saving)
@@ -326,13 +376,7 @@ def _weigh_reclaim(
             evict_in = min(_next_checkpoint_in(v, now=now) for v in saving)
         if evict_in > 0.0:
             state.note_decision_at(now + evict_in)
-    return explain.reclaim_patience(
-        tenant=job.tenant,
-        kept_device_h=kept / 3600.0,
-        cost_device_h=cost / 3600.0,
-        evict_in_s=evict_in,
-        free_in_s=expected_wait(),
-    )
+    return False, evict_in
 
 
 def _next_checkpoint_in(gang: RunningJob, *, now: float) -> float:
@@ -402,11 +446,12 @@ def _victims_by_promise(shape: placement.Shape, *, state: CycleState) -> list[Gr
     return groups
 
 
-def _victims_by_node(shape: placement.Shape, *, state: CycleState) -> list[Group]:
-    """One replica: victims grouped by node, nodes with the lowest tiers to disturb first, then
-    the most free matching devices; a search ends on its first usable node instead of sweeping
-    the cluster. The order is computed once per cycle and shape (it only guides the search)."""
-    cache_key = (shape.selector, shape.devices_per_replica)
+def _victims_by_node(shape: placement.Shape, *, state: CycleState, by_loss: bool) -> list[Group]:
+    """One replica: victims grouped by node, nodes with the lowest tiers to disturb first (with
+    `by_loss`, the least work to lose), then the most free matching devices; a search ends on
+    its first usable node instead of sweeping the cluster. The order is computed once per
+    cycle and shape (it only guides the search)."""
+    cache_key = (shape.selector, shape.devices_per_replica, by_loss)
     cached = state.node_orders.get(cache_key)
     if cached is not None:
         # nodes whose gangs are all claimed stay so for the rest of the cycle: drop them
@@ -419,9 +464,14 @@ def _victims_by_node(shape: placement.Shape, *, state: CycleState) -> list[Group
     by_node = state.victims_by_node(shape.selector[0])
     capable = state.pool.capable_nodes(shape.selector, shape.devices_per_replica)
 
-    def promise(node: NodeName) -> tuple[int, int, str]:
+    losses = state.losses_by_node(shape.selector[0]) if by_loss else {}
+
+    def promise(node: NodeName) -> tuple[float, int, str]:
+        free = -len(view.by_node.get(node, ()))
+        if by_loss:
+            return (losses[node], free, node)
         ranks = [state.tiers[g.tier].rank if g.tier in state.tiers else 0 for g in by_node[node]]
-        return (max(ranks, default=0), -len(view.by_node.get(node, ())), node)
+        return (max(ranks, default=0), free, node)
 
     order = sorted((n for n in by_node if n in capable), key=promise)
     groups = [(by_node[node], frozenset((node,))) for node in order]

@@ -106,8 +106,9 @@ class CycleState:
         default_factory=dict
     )
     _victims_by_node: dict[str, dict[NodeName, list[RunningJob]]] = field(default_factory=dict)
+    _losses_by_node: dict[str, dict[NodeName, float]] = field(default_factory=dict)
     node_orders: dict[
-        tuple[SelectorKey, int], list[tuple[list[RunningJob], frozenset[NodeName]]]
+        tuple[SelectorKey, int, bool], list[tuple[list[RunningJob], frozenset[NodeName]]]
     ] = field(default_factory=dict)
     domain_orders: dict[
         tuple[SelectorKey, int, int, str], list[tuple[list[RunningJob], frozenset[NodeName]]]
@@ -208,6 +209,16 @@ class CycleState:
                 for node in sorted({r.node for r in gang.placement}):
                     found.setdefault(node, []).append(gang)
             self._victims_by_node[device_class] = found
+        return found
+
+    def losses_by_node(self, device_class: str) -> dict[NodeName, float]:
+        """The eviction cost of the gangs of `victims_by_node`, summed per node."""
+        found = self._losses_by_node.get(device_class)
+        if found is None:
+            found = self._losses_by_node[device_class] = {
+                node: sum(gang.eviction_cost_device_s(self.now) for gang in gangs)
+                for node, gangs in self.victims_by_node(device_class).items()
+            }
         return found
 
     def domain_members(self, key: str) -> dict[str, frozenset[NodeName]]:

@@ -81,12 +81,46 @@ from gangq.queue.core.explain import PendingReason, ReasonCode, WaitCause
         ),
         pytest.param(
             explain.preemption_does_not_pay(
-                victims=("ml-train/x",), cost_device_h=3.14, wait_s=420
+                victims=("ml-train/x",),
+                cost_device_h=3.14,
+                idle=2,
+                idled_device_h=1.0,
+                evict_in_s=2925,
+                free_in_s=420,
             ),
             ReasonCode.PREEMPTION,
-            "preemption: evicting ml-train/x costs 3.1 device-h, more than waiting costs "
-            "(start in ~7m by prediction)",
+            "preemption: evicting ml-train/x costs 3.1 device-h, more than waiting: the 2 free "
+            "devices of its place idled 1.0 device-h meanwhile; evicting pays in ~49m at the "
+            "earliest (devices free in ~7m by prediction)",
             id="preemption-does-not-pay",
+        ),
+        pytest.param(
+            explain.preemption_does_not_pay(
+                victims=("ml-train/x", "ml-train/y", "ml-train/z"),
+                cost_device_h=3.14,
+                idle=0,
+                idled_device_h=0.0,
+                evict_in_s=None,
+                free_in_s=None,
+            ),
+            ReasonCode.PREEMPTION,
+            "preemption: evicting ml-train/x, ml-train/y and 1 more costs 3.1 device-h, more "
+            "than waiting: no free device of its place idles meanwhile; evicting never pays "
+            "while their unsaved work grows as fast (no devices predicted to free)",
+            id="preemption-does-not-pay-nothing-idles",
+        ),
+        pytest.param(
+            explain.waiting_is_cheaper(
+                victims=("ml-train/x",),
+                cost_device_h=3.14,
+                idle=1,
+                idle_device_h=0.5,
+                free_in_s=1800,
+            ),
+            ReasonCode.PREEMPTION,
+            "preemption: evicting ml-train/x costs 3.1 device-h, more than waiting: devices "
+            "free in ~30m by prediction, while the 1 free device of its place idles 0.5 device-h",
+            id="waiting-is-cheaper",
         ),
         pytest.param(
             explain.reclaim_patience(
@@ -177,7 +211,14 @@ def test_each_waiting_reason_names_its_cause() -> None:
         ).cause,
         explain.backfill(head="a/b", start_in_s=60).cause,
         explain.preemption(victims=("a/b",)).cause,
-        explain.preemption_does_not_pay(victims=("a/b",), cost_device_h=1.0, wait_s=None).cause,
+        explain.preemption_does_not_pay(
+            victims=("a/b",),
+            cost_device_h=1.0,
+            idle=1,
+            idled_device_h=0.0,
+            evict_in_s=None,
+            free_in_s=None,
+        ).cause,
         explain.reclaim_patience(
             tenant="t", kept_device_h=0.0, cost_device_h=1.0, evict_in_s=60, free_in_s=None
         ).cause,

@@ -83,13 +83,14 @@ def _running(
 # --- lost-work victim choice against brute force ---------------------------------------------
 
 
-def _set_cost(gangs: tuple[RunningJob, ...]) -> tuple[int, int, float]:
-    """Rule 6 between victim sets: highest tier, then use within nominal, then lost work and
-    restarts (every gang restarts for `restart_s` on each of its devices)."""
+def _loss_first(gangs: tuple[RunningJob, ...]) -> tuple[float, int, int]:
+    """How a tier that always preempts compares victim sets (rule 6 with the least lost work
+    first): lost work and restarts (every gang restarts for `restart_s` on each of its
+    devices), then the highest tier, then use within nominal."""
     return (
+        round(sum(g.lost_work_device_s(NOW) + g.device_count * g.restart_s for g in gangs), 3),
         max((RANKS[g.tier] for g in gangs), default=0),
         sum(g.device_count - g.borrowed for g in gangs),
-        round(sum(g.lost_work_device_s(NOW) + g.device_count * g.restart_s for g in gangs), 3),
     )
 
 
@@ -129,9 +130,9 @@ def crowded_nodes(draw: st.DrawFn) -> tuple[PendingJob, Snapshot]:
 def test_one_replica_victims_cost_the_least_of_every_set_that_frees_a_place(
     case: tuple[PendingJob, Snapshot],
 ) -> None:
-    """Brute force over every subset of the running gangs: the chosen victims free a place,
-    and no set that frees one evicts a lower top tier, less use within nominal, or costs
-    less lost work and restarts, in that order (rule 6)."""
+    """Brute force over every subset of the running gangs: the chosen victims of prod
+    inference free a place, and no set that frees one costs less lost work and restarts, or
+    as much with a lower top tier or less use within nominal, in that order."""
     job, snapshot = case
     result = cycle.run_cycle(snapshot=snapshot, policy=Policy(), now=NOW, matcher=DeviceMatcher())
 
@@ -156,7 +157,7 @@ def test_one_replica_victims_cost_the_least_of_every_set_that_frees_a_place(
     by_key = {g.key: g for g in snapshot.running}
     victims = tuple(by_key[v.job] for v in result.preemptions[0].victims)
     assert frees_enough(victims)
-    assert _set_cost(victims) == min(_set_cost(subset) for subset in fitting)
+    assert _loss_first(victims) == min(_loss_first(subset) for subset in fitting)
 
 
 def test_the_gang_that_checkpointed_recently_is_evicted_rather_than_the_younger_one() -> None:
@@ -175,25 +176,74 @@ def test_the_gang_that_checkpointed_recently_is_evicted_rather_than_the_younger_
 # --- preempt only when it pays ---------------------------------------------------------------
 
 
-def test_a_training_job_evicts_when_the_wait_costs_more_than_the_lost_work() -> None:
-    cheap = _running("cheap", "node-0", range(8), ran_s=900.0, predicted_left_s=4 * 3600.0)
-    result = _cycle(builders.job("x", per_replica=8), running=(cheap,))
+def test_a_training_job_evicts_once_its_idle_place_has_cost_what_evicting_costs() -> None:
+    """Ski rental by tier: 2 devices x (900 s run + 300 s restart) = 0.7 device-h against the
+    6 free devices of its place idle for 2 h while it waited."""
+    cheap = _running("cheap", "node-0", range(2), ran_s=900.0, predicted_left_s=4 * 3600.0)
+    job = builders.job("x", per_replica=8, submitted_at=NOW - 2 * 3600.0)
+    result = _cycle(job, running=(cheap,))
     assert _victims(result) == ["team-b/cheap"]
     assert result.pending[JobKey("team-a/x")].message == (
-        "preemption: waiting for 1 gang to be evicted (team-b/cheap), costs 2.7 device-h"
+        "preemption: waiting for 1 gang to be evicted (team-b/cheap), costs 0.7 device-h"
     )
 
 
-def test_a_training_job_waits_when_eviction_destroys_more_than_its_wait() -> None:
-    """8 devices x 10 h of work (and 5 min of restart) against 8 devices x 5 min of wait: it
-    does not pay."""
-    costly = _running("costly", "node-0", range(8), ran_s=36_000.0, predicted_left_s=300.0)
+def test_a_training_job_waits_until_its_idle_place_has_cost_what_evicting_costs() -> None:
+    """After 2 min the 6 idle devices cost 0.2 device-h; they idle 6 device-s a second while
+    the victim's unsaved work grows by 2: evicting pays (2,400 - 720) / 4 = 420 s later, and
+    the cycle asks to be run again then."""
+    cheap = _running("cheap", "node-0", range(2), ran_s=900.0, predicted_left_s=4 * 3600.0)
+    job = builders.job("x", per_replica=8, submitted_at=NOW - 120.0)
+    result = _cycle(job, running=(cheap,))
+    assert result.preemptions == ()
+    assert result.decide_again_at == NOW + 420.0
+    assert result.pending[JobKey("team-a/x")].message == (
+        "preemption: evicting team-b/cheap costs 0.7 device-h, more than waiting: the 6 free "
+        "devices of its place idled 0.2 device-h meanwhile; evicting pays in ~7m at the "
+        "earliest (devices free in ~4h00m by prediction); reserved start in ~4h00m"
+    )
+
+
+def test_a_training_job_waits_when_its_victim_is_predicted_to_end_before_evicting_pays() -> None:
+    """Its idle place paid for the eviction long ago (6 devices x 2 h), but the victim is
+    predicted to end in 5 min, when the 6 idle devices will have cost 0.5 device-h, less than
+    the 0.7 device-h evicting destroys."""
+    cheap = _running("cheap", "node-0", range(2), ran_s=900.0, predicted_left_s=300.0)
+    job = builders.job("x", per_replica=8, submitted_at=NOW - 2 * 3600.0)
+    result = _cycle(job, running=(cheap,))
+    assert result.preemptions == ()
+    assert result.pending[JobKey("team-a/x")].message == (
+        "preemption: evicting team-b/cheap costs 0.7 device-h, more than waiting: devices free "
+        "in ~5m by prediction, while the 6 free devices of its place idle 0.5 device-h; "
+        "reserved start in ~5m"
+    )
+
+
+def test_a_training_job_never_evicts_where_its_place_is_all_taken() -> None:
+    """Nothing idles while it waits for a node its victim fills (10 h of unsaved work on 8
+    devices): waiting costs no device-time, so evicting never pays, however long it has
+    waited and however long the victim is predicted to run on."""
+    costly = _running("costly", "node-0", range(8), ran_s=36_000.0, predicted_left_s=50 * 3600.0)
     result = _cycle(builders.job("x", per_replica=8), running=(costly,))
     assert result.preemptions == ()
     assert result.pending[JobKey("team-a/x")].message == (
-        "preemption: evicting team-b/costly costs 80.7 device-h, more than waiting costs "
-        "(start in ~5m by prediction); reserved start in ~5m"
+        "preemption: evicting team-b/costly costs 80.7 device-h, more than waiting: no free "
+        "device of its place idles meanwhile; evicting never pays while their unsaved work "
+        "grows as fast (devices free in ~50h00m by prediction); reserved start in ~50h00m"
     )
+
+
+def test_prod_inference_evicts_the_least_work_before_a_lower_tier() -> None:
+    """A serving scale-up skips the pays test, so it picks the node that loses the least work:
+    a training gang started 20 min ago, not the borrowed small jobs that ran for 30 h."""
+    fresh = _running("fresh", "node-0", range(8), ran_s=1200.0, tier="training")
+    old = [
+        _running(f"old-{i}", "node-1", range(i, i + 1), ran_s=30 * 3600.0, borrowed=True)
+        for i in range(8)
+    ]
+    job = builders.job("x", tier="prod-inference", per_replica=8, max_runtime_s=None)
+    result = _cycle(job, running=(fresh, *old), nodes=2)
+    assert _victims(result) == ["team-b/fresh"]
 
 
 def test_prod_inference_evicts_even_when_it_does_not_pay() -> None:
@@ -428,7 +478,7 @@ def test_backfill_uses_the_predicted_runtime_of_the_job_that_would_jump_ahead() 
     """Half a node frees in 1 h for the head gang; a 1-device job bounded at 2 h may use the
     other free devices only if it is predicted to end before that."""
     holder = _running("holder", "node-0", range(4), ran_s=36_000.0, predicted_left_s=3600.0)
-    head = builders.job("head", per_replica=8)
+    head = builders.job("head", per_replica=8, submitted_at=NOW)
 
     def later(predicted_s: float | None) -> PendingJob:
         small = builders.job(
