@@ -82,6 +82,12 @@ def approximately(seconds: float) -> str:
     return f"~{hours}h{rest // 60:02d}m"
 
 
+def _first(names: tuple[str, ...], count: int) -> str:
+    """The first `count` names, and how many more there are."""
+    more = f" and {len(names) - count} more" if len(names) > count else ""
+    return ", ".join(names[:count]) + more
+
+
 def _short(name: str) -> str:
     """`gangq.dev/rack` reads as `rack`, `gpu.nvidia.com/numa` as `numa`."""
     return name.rpartition("/")[2] or name
@@ -178,9 +184,7 @@ def _outlived_note(outlived: tuple[str, ...]) -> str:
     otherwise only a higher-ordered job can have moved it."""
     if not outlived:
         return ""
-    shown = ", ".join(outlived[:2]) + (
-        f" and {len(outlived) - 2} more" if len(outlived) > 2 else ""
-    )
+    shown = _first(outlived, 2)
     verb = "outlived its prediction" if len(outlived) == 1 else "outlived their predictions"
     return f" (later than planned: {shown} {verb})"
 
@@ -231,7 +235,7 @@ def _device_hours(value: float) -> str:
 
 
 def preemption(*, victims: tuple[str, ...], cost_device_h: float = 0.0) -> PendingReason:
-    shown = ", ".join(victims[:3]) + (f" and {len(victims) - 3} more" if len(victims) > 3 else "")
+    shown = _first(victims, 3)
     cost = f", costs {_device_hours(cost_device_h)}" if cost_device_h > 0 else ""
     return PendingReason(
         ReasonCode.PREEMPTION,
@@ -253,7 +257,7 @@ def preemption_does_not_pay(
     than the free devices of the job's place have stood idle while it waited (rule 6);
     `evict_in_s` is the earliest that can change, None: never while the victims' unsaved work
     grows at least as fast."""
-    shown = ", ".join(victims[:2]) + (f" and {len(victims) - 2} more" if len(victims) > 2 else "")
+    shown = _first(victims, 2)
     idled = (
         "no free device of its place idles meanwhile"
         if idle == 0
@@ -288,7 +292,7 @@ def waiting_is_cheaper(
 ) -> PendingReason:
     """Evicting by tier would have paid for the idle time already spent, but the devices are
     predicted to free before the idle ones cost as much again (rule 6)."""
-    shown = ", ".join(victims[:2]) + (f" and {len(victims) - 2} more" if len(victims) > 2 else "")
+    shown = _first(victims, 2)
     return PendingReason(
         ReasonCode.PREEMPTION,
         f"preemption: evicting {shown} costs {_device_hours(cost_device_h)}, more than "
