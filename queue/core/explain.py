@@ -244,6 +244,21 @@ def preemption(*, victims: tuple[str, ...], cost_device_h: float = 0.0) -> Pendi
     )
 
 
+def _pays_when(evict_in_s: float | None) -> str:
+    """When an eviction that waits (ski rental, rule 6) may first pay."""
+    if evict_in_s is None:
+        return "never pays while their unsaved work grows as fast"
+    return f"pays in {approximately(evict_in_s)} at the earliest"
+
+
+def _more_than_waiting(victims: tuple[str, ...], cost_device_h: float) -> str:
+    """The start both not-paying reasons of a preemption by tier share."""
+    return (
+        f"preemption: evicting {_first(victims, 2)} costs {_device_hours(cost_device_h)}, "
+        "more than waiting"
+    )
+
+
 def preemption_does_not_pay(
     *,
     victims: tuple[str, ...],
@@ -257,18 +272,13 @@ def preemption_does_not_pay(
     than the free devices of the job's place have stood idle while it waited (rule 6);
     `evict_in_s` is the earliest that can change, None: never while the victims' unsaved work
     grows at least as fast."""
-    shown = _first(victims, 2)
     idled = (
         "no free device of its place idles meanwhile"
         if idle == 0
         else f"the {_plural(idle, 'free device')} of its place idled "
         f"{_device_hours(idled_device_h)} meanwhile"
     )
-    pays = (
-        "never pays while their unsaved work grows as fast"
-        if evict_in_s is None
-        else f"pays in {approximately(evict_in_s)} at the earliest"
-    )
+    pays = _pays_when(evict_in_s)
     free = (
         "no devices predicted to free"
         if free_in_s is None
@@ -276,8 +286,7 @@ def preemption_does_not_pay(
     )
     return PendingReason(
         ReasonCode.PREEMPTION,
-        f"preemption: evicting {shown} costs {_device_hours(cost_device_h)}, more than "
-        f"waiting: {idled}; evicting {pays} ({free})",
+        f"{_more_than_waiting(victims, cost_device_h)}: {idled}; evicting {pays} ({free})",
         WaitCause.NOT_PAYING,
     )
 
@@ -292,11 +301,10 @@ def waiting_is_cheaper(
 ) -> PendingReason:
     """Evicting by tier would have paid for the idle time already spent, but the devices are
     predicted to free before the idle ones cost as much again (rule 6)."""
-    shown = _first(victims, 2)
     return PendingReason(
         ReasonCode.PREEMPTION,
-        f"preemption: evicting {shown} costs {_device_hours(cost_device_h)}, more than "
-        f"waiting: devices free in {approximately(free_in_s)} by prediction, while the "
+        f"{_more_than_waiting(victims, cost_device_h)}: devices free in "
+        f"{approximately(free_in_s)} by prediction, while the "
         f"{_plural(idle, 'free device')} of its place {'idles' if idle == 1 else 'idle'} "
         f"{_device_hours(idle_device_h)}",
         WaitCause.NOT_PAYING,
@@ -314,11 +322,7 @@ def reclaim_patience(
     """A reclaim of nominal quota waits until its tenant has waited as much device-time as
     evicting the borrowers costs (rule 6); `evict_in_s` is the earliest that can be (their
     checkpoints lower the cost), None: their cost grows as fast as the wait."""
-    pays = (
-        "never pays while their unsaved work grows as fast"
-        if evict_in_s is None
-        else f"pays in {approximately(evict_in_s)} at the earliest"
-    )
+    pays = _pays_when(evict_in_s)
     free = (
         "no borrowed devices predicted to free"
         if free_in_s is None
