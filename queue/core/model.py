@@ -437,6 +437,10 @@ class Snapshot:
     """Running elastic gangs below their maximum that may grow (neither evicting, shrinking nor
     growing), each as the job at its maximum (`elastic.growable`): the cycle adds replicas
     after every queued job is decided, on devices none of them can use (rule 13)."""
+    free_since: Mapping[DeviceId, float] = field(default_factory=dict, hash=False)
+    """When each device last came free (its last gangq holder released it). A preemption by
+    tier counts a free device's idle time from here (rule 6); a device missing has been free
+    at least since anything pending queued."""
 
 
 @dataclass(frozen=True, slots=True)

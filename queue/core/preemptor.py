@@ -300,8 +300,9 @@ def weigh(
       nominal): waiting costs the device-time the tenant has been kept from its nominal
       quota (`OwedDemand.kept_device_s`).
     - A preemption by tier: waiting costs the free devices of the job's place (`choice`),
-      which stand idle while it waits for the rest, for as long as it has waited (all of
-      that time: an overestimate when some freed later). Where its place is all taken,
+      which stand idle while it waits for the rest, each since it came free or the job
+      queued, whichever is later (`Snapshot.free_since`): a device freed a minute ago has
+      idled a minute, however long the job has waited. Where its place is all taken,
       nothing idles: it waits for those gangs to end. Once that pays, it still waits when
       the devices are predicted to free before the idle ones would have cost as much
       (`backfill.earliest_start`): a prediction that is wrong can only delay an eviction,
@@ -330,8 +331,7 @@ def weigh(
             evict_in_s=evict_in,
             free_in_s=expected_wait(),
         )
-    idle = sum(1 for _, devices in choice for device in devices if device.id in state.pool.free)
-    idled = idle * max(now - job.waiting_since, 0.0)
+    idle, idled = _idled(job, choice, state=state)
     pays, evict_in = _rent(victims, cost=cost, kept=idled, rate=idle, state=state)
     if pays:
         factor, wait = state.policy.preemption_cost_factor, expected_wait()
@@ -352,6 +352,19 @@ def weigh(
         evict_in_s=evict_in,
         free_in_s=expected_wait(),
     )
+
+
+def _idled(job: PendingJob, choice: placement.Choice, *, state: CycleState) -> tuple[int, float]:
+    """The free devices of the job's place, and the device-seconds they have idled while it
+    waited: each since the later of its release and the job's queueing."""
+    queued, free_since = job.waiting_since, state.snapshot.free_since
+    idle, idled = 0, 0.0
+    for _, devices in choice:
+        for device in devices:
+            if device.id in state.pool.free:
+                idle += 1
+                idled += max(state.now - max(free_since.get(device.id, queued), queued), 0.0)
+    return idle, idled
 
 
 def _rent(

@@ -88,6 +88,8 @@ class Simulation:
         self.waiting: dict[JobKey, JobRecord] = {}
         self.holding: dict[JobKey, JobRecord] = {}
         self.holder: dict[DeviceId, JobKey] = {}
+        self.free_since: dict[DeviceId, float] = {}
+        """When each device last came free, as the store's released reservations tell it."""
         self.limits = {
             q.tenant: (q.nominal + q.borrowing_limit) * sharing.WHOLE for q in trace.quotas
         }
@@ -260,6 +262,7 @@ class Simulation:
         for replica in placement:
             for device in replica.devices:
                 del self.holder[device]
+                self.free_since[device] = self._now
         tenant = record.job.tenant
         held = sharing.placement_equivalent(
             placement, self.inventory.devices, self.inventory.counters
@@ -561,6 +564,7 @@ class Simulation:
             running=running,
             pending=pending,
             growable=growable,
+            free_since=dict(self.free_since),
         )
 
     def _profile(self, job: TraceJob) -> tuple[str, ...]:

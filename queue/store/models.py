@@ -264,6 +264,11 @@ class ReservationRow(Base):
         ),
         Index("ix_reservations_active_job", "job_id", postgresql_where=text("released_at IS NULL")),
         Index("ix_reservations_interval", "reserved_at", "released_at"),
+        Index(
+            "ix_reservations_released",
+            "released_at",
+            postgresql_where=text("released_at IS NOT NULL"),
+        ),
     )
 
 

@@ -9,20 +9,22 @@ Released rows are kept: their intervals are the usage record.
 from __future__ import annotations
 
 import json
+import math
 import re
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select, text, update
+from sqlalchemy import DateTime, bindparam, func, select, text, type_coerce, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.queue.core import model, sharing
 from gangq.queue.core.device import DeviceId, device_id
 from gangq.queue.core.errors import InvalidInputError
+from gangq.queue.store import timestamps
 from gangq.queue.store.errors import ConflictError
 from gangq.queue.store.models import JobRow, ReservationRow
 
@@ -267,3 +269,51 @@ async def holders(session: AsyncSession) -> dict[DeviceId, Holder]:
         device_id(driver, pool, name): Holder(model.JobKey(f"{namespace}/{job}"), tenant, tier)
         for driver, pool, name, namespace, job, tenant, tier in rows
     }
+
+
+RELEASE_OVERLAP_S = 60.0
+"""A release is stamped before its transaction commits: each read goes back this far before
+the latest release it saw, so one that committed late is still read."""
+_RELEASES = (
+    select(
+        ReservationRow.driver,
+        ReservationRow.pool,
+        ReservationRow.device,
+        type_coerce(func.max(ReservationRow.released_at), DateTime(timezone=True)),
+    )
+    .where(ReservationRow.released_at >= bindparam("since"))
+    .group_by(ReservationRow.driver, ReservationRow.pool, ReservationRow.device)
+)
+
+
+class ReleaseLog:
+    """When each device last came free (`Snapshot.free_since`), kept from one cycle to the
+    next so that a cycle reads only the releases since the previous one (index
+    `ix_reservations_released`), not the whole usage record.
+
+    Only releases since `floor`, the earliest instant a queued job has waited from, matter: a
+    device freed before it counts as free since each job's queueing anyway, so older entries
+    are dropped, and a floor that moves back (a job long in backoff queues again) reads the
+    releases from there once more."""
+
+    def __init__(self) -> None:
+        self._latest: dict[DeviceId, float] = {}
+        self._floor: float | None = None
+        self._seen_to: float | None = None
+
+    async def read(self, session: AsyncSession, *, floor: float) -> Mapping[DeviceId, float]:
+        if self._floor is None or self._seen_to is None or floor < self._floor:
+            since = floor
+        else:
+            since = max(floor, self._seen_to - RELEASE_OVERLAP_S)
+        rows = await session.execute(_RELEASES, {"since": timestamps.to_datetime(since)})
+        for driver, pool, name, released_at in rows:
+            device, at = device_id(driver, pool, name), timestamps.to_unix(released_at)
+            if at > self._latest.get(device, -math.inf):
+                self._latest[device] = at
+            self._seen_to = max(self._seen_to if self._seen_to is not None else since, at)
+        if self._seen_to is None:
+            self._seen_to = since
+        self._floor = floor
+        self._latest = {device: at for device, at in self._latest.items() if at >= floor}
+        return dict(self._latest)

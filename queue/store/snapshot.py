@@ -7,7 +7,7 @@ with an `invalid` reason instead of stopping the cycle.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -15,6 +15,7 @@ from sqlalchemy import Text, bindparam, cast, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.queue.core import elastic, model
+from gangq.queue.core.device import DeviceId
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.store import bulk, reservations, runs, spec, tenants, timestamps
 from gangq.queue.store.models import HOLDING_PHASES, QUEUED, JobRow
@@ -224,10 +225,12 @@ async def holding_rows(session: AsyncSession) -> Sequence[JobColumns]:
 class Views:
     """The core views of the last cycle's rows, by job id, kept from one cycle to the next:
     over a long queue a cycle rebuilds only the views whose columns (or prediction, or
-    placement) changed, rather than one per queued job per cycle. A `load` without it builds
-    every view afresh."""
+    placement) changed, rather than one per queued job per cycle; and when each device last
+    came free, read since the last cycle (`reservations.ReleaseLog`). A `load` without it
+    builds every view afresh."""
 
     def __init__(self) -> None:
+        self.releases = reservations.ReleaseLog()
         self._pending: dict[int, tuple[tuple[Any, ...], float | None, model.PendingJob]] = {}
         self._running: dict[int, tuple[tuple[Any, ...], object, tuple[model.RunningJob, ...]]] = {}
 
@@ -321,8 +324,12 @@ async def load(
     holding = await holding_rows(session)
     placements = await reservations.active_by_job(session)
     queued = await queued_rows(session, now=now)
-    built = (views or Views()).build(queued, holding, placements, estimator=estimator)
-    pending, unreadable, running = built
+    kept = views or Views()
+    pending, unreadable, running = kept.build(queued, holding, placements, estimator=estimator)
+    free_since: Mapping[DeviceId, float] = {}
+    if pending:
+        floor = min(job.waiting_since for _, job in pending)
+        free_since = await kept.releases.read(session, floor=floor)
     return Loaded(
         snapshot=model.Snapshot(
             inventory=inventory,
@@ -330,6 +337,7 @@ async def load(
             running=running,
             pending=tuple(job for _, job in pending),
             growable=growable(holding, estimator=estimator),
+            free_since=free_since,
         ),
         queued=queued,
         holding={key_of(row): row for row in holding},

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Mapping
 
 import builders
 import core_oracle
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from gangq.queue.core import cycle
 from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core.device import DeviceId
 from gangq.queue.core.explain import ReasonCode
 from gangq.queue.core.model import (
     CycleResult,
@@ -39,9 +41,14 @@ def _cycle(
     running: tuple[RunningJob, ...],
     quotas: tuple[TenantQuota, ...] = QUOTAS,
     nodes: int = 1,
+    free_since: Mapping[DeviceId, float] | None = None,
 ) -> CycleResult:
     snapshot = Snapshot(
-        inventory=builders.cluster(nodes), quotas=quotas, running=running, pending=pending
+        inventory=builders.cluster(nodes),
+        quotas=quotas,
+        running=running,
+        pending=pending,
+        free_since=free_since or {},
     )
     return cycle.run_cycle(snapshot=snapshot, policy=Policy(), now=NOW, matcher=DeviceMatcher())
 
@@ -217,6 +224,23 @@ def test_a_training_job_waits_when_its_victim_is_predicted_to_end_before_evictin
         "in ~5m by prediction, while the 6 free devices of its place idle 0.5 device-h; "
         "reserved start in ~5m"
     )
+
+
+def test_a_free_device_idles_only_since_it_came_free() -> None:
+    """The job has waited 2 h, but the 6 free devices of its place came free 5 min ago: they
+    idled 0.5 device-h, less than the 0.7 device-h evicting destroys. Counted from its
+    queueing instead, they would have idled 12 device-h and it would evict."""
+    cheap = _running("cheap", "node-0", range(2), ran_s=900.0, predicted_left_s=4 * 3600.0)
+    job = builders.job("x", per_replica=8, submitted_at=NOW - 2 * 3600.0)
+    freed = {builders.device_id("node-0", index): NOW - 300.0 for index in range(2, 8)}
+    result = _cycle(job, running=(cheap,), free_since=freed)
+    assert result.preemptions == ()
+    assert result.pending[JobKey("team-a/x")].message.startswith(
+        "preemption: evicting team-b/cheap costs 0.7 device-h, more than waiting: the 6 free "
+        "devices of its place idled 0.5 device-h meanwhile; evicting pays in ~"
+    )
+    long_freed = {device: NOW - 3 * 3600.0 for device in freed}
+    assert _victims(_cycle(job, running=(cheap,), free_since=long_freed)) == ["team-b/cheap"]
 
 
 def test_a_training_job_never_evicts_where_its_place_is_all_taken() -> None:
