@@ -147,6 +147,9 @@ class ControllerSettings(BaseSettings):
     unsaved_borrow_s: float | None = Field(default=None, gt=0)
     """When set, borrowers without a checkpoint interval leave free the share of other tenants'
     unused nominal quota their expected run is of this many seconds (docs/sim.md); unset: off."""
+    serving_forecast_days: int | None = Field(default=7, ge=2)
+    """Days of admissions of the tiers that always preempt that their next daily scale-up is
+    forecast from, to keep a place cheap to clear before it (docs/sim.md); null: off."""
     cycle_interval_s: float = Field(default=5.0, gt=0)
     """Longest pause between two cycles when nothing wakes the loop (polling safety net)."""
     coalesce_s: float = Field(default=0.05, ge=0)
@@ -183,6 +186,7 @@ class ControllerSettings(BaseSettings):
             topology_keys=self.topology_keys,
             preemption_cost_factor=self.preemption_cost_factor,
             unsaved_borrow_s=self.unsaved_borrow_s,
+            serving_forecast_days=self.serving_forecast_days,
         )
 
     def tier(self, name: str) -> TierConfig | None:

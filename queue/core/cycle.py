@@ -193,7 +193,22 @@ def _free_place(job: PendingJob, *, state: CycleState) -> placement.Choice | Non
     if fence is not None and not borrowing.leaves_owed(job, state=state):
         return None
     outcome = _place(placement.Shape.of(job), _holds_for(job, state=state), fence, state=state)
-    return outcome if isinstance(outcome, list) else None
+    if not isinstance(outcome, list) or _serving_refusal(job, outcome, state=state) is not None:
+        return None
+    return outcome
+
+
+def _serving_refusal(
+    job: PendingJob, choice: placement.Choice, *, state: CycleState
+) -> explain.PendingReason | None:
+    """Why the job may not take `choice`: it would leave a forecast serving scale-up no place
+    to clear cheaply (module `serving`). Tiers that always preempt or run for good are the
+    serving itself."""
+    places = state.serving_places
+    tier = state.tiers[job.tier]
+    if places is None or tier.always_preempts or tier.long_running:
+        return None
+    return places.refusal(job, choice, end=state.end_if_admitted(job))
 
 
 def _grow(growable: tuple[PendingJob, ...], *, ranks: dict[str, int], state: CycleState) -> None:
@@ -271,7 +286,10 @@ def _decide_gang(job: PendingJob, *, state: CycleState) -> None:
         return
     outcome = _place(shape, mask, fence, state=state)
     if isinstance(outcome, list):
-        if may_reclaim or not borrowing.risks_reclaim(job, state=state):
+        kept = _serving_refusal(job, outcome, state=state)
+        if kept is not None:
+            state.pending[job.key] = kept
+        elif may_reclaim or not borrowing.risks_reclaim(job, state=state):
             _admit(job, outcome, state=state)
         return
     excluded, held_room = _fenced(mask, fence, device_class=job.device_class, state=state)
@@ -382,6 +400,8 @@ def _take(
     for replica in result:
         pool.take(replica.node, replica.devices, job.pod, shares=replica.shares)
         state.touched_nodes.add(replica.node)
+    if state.serving_places is not None:
+        state.serving_places.take(job, choice, end=state.end_if_admitted(job))
     return result, borrowed
 
 

@@ -43,6 +43,8 @@ class WaitCause(enum.StrEnum):
     """A borrower leaves the free devices to tenants waiting within nominal."""
     UNSAVED = "unsaved"
     """A long borrower without checkpoints leaves the devices other tenants could reclaim."""
+    SERVING = "serving"
+    """A job that would run past a forecast serving scale-up keeps its place cheap to clear."""
     CAPACITY = "capacity"
     BACKFILL = "backfill"
     """Devices are free, but held for the reservation of a job ahead."""
@@ -151,6 +153,20 @@ def unsaved_borrow(
         f"{left} of the {free} free {device_class} to tenants under nominal who may reclaim "
         f"them; job needs {needed}",
         WaitCause.UNSAVED,
+    )
+
+
+def serving_place(
+    *, tenant: str, replicas: int, devices_per_replica: int, rise_in_s: float, days: int
+) -> PendingReason:
+    """The job would run past a forecast scale-up of a tier that always preempts, without
+    checkpoints, on the last place that scale-up could clear cheaply (module `serving`)."""
+    return PendingReason(
+        ReasonCode.CAPACITY,
+        f"capacity: keeps a place cheap to clear for tenant {tenant}'s daily scale-up "
+        f"({replicas} x {devices_per_replica}, expected in {approximately(rise_in_s)}, seen on "
+        f"{days} of the last days): the job would run past it without checkpoints",
+        WaitCause.SERVING,
     )
 
 

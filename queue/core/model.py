@@ -233,8 +233,8 @@ class PendingJob:
     submission the job has since run after."""
     checkpoint_interval_s: float | None = None
     """The job's declared checkpoint interval; None: it saves none an eviction could resume
-    from, so borrowing devices a reclaim may soon want would risk its whole run (module
-    `hazard`)."""
+    from, so borrowing devices a reclaim may soon want would risk its whole run
+    (`borrowing.risks_reclaim`)."""
     restart_s: float = DEFAULT_RESTART_S
     """`spec.restartSeconds`: what each eviction costs it besides lost work (see RunningJob)."""
     checkpoint_grace_s: float | None = None
@@ -426,6 +426,18 @@ class BackfillReservation:
 
 
 @dataclass(frozen=True, slots=True)
+class ServingStart:
+    """An admission of a job of a tier that always preempts: what its tenant's daily
+    scale-ups are forecast from (module `serving`)."""
+
+    tenant: Tenant
+    device_class: str
+    replicas: int
+    devices_per_replica: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """The whole input of one cycle: inventory, quotas, gangs holding devices, the queue."""
 
@@ -437,6 +449,9 @@ class Snapshot:
     """Running elastic gangs below their maximum that may grow (neither evicting, shrinking nor
     growing), each as the job at its maximum (`elastic.growable`): the cycle adds replicas
     after every queued job is decided, on devices none of them can use (rule 13)."""
+    serving_starts: tuple[ServingStart, ...] = ()
+    """Admissions of the tiers that always preempt over the last `Policy.serving_forecast_days`
+    days (older ones are ignored)."""
     free_since: Mapping[DeviceId, float] = field(default_factory=dict, hash=False)
     """When each device last came free (its last gangq holder released it). A preemption by
     tier counts a free device's idle time from here (rule 6); a device missing has been free
@@ -466,6 +481,10 @@ class Policy:
     are owed (module `owed`), as every borrower does; measured on weeks shaped like public
     traces, holding them back further cost utilization and waits and saved no work once
     reclaims pay for themselves (docs/sim.md)."""
+    serving_forecast_days: int | None = 7
+    """Days of admissions of the tiers that always preempt that their next daily scale-up is
+    forecast from; before it, one place is kept that evicting would cost little (module
+    `serving`). None: no forecast, the scale-up clears whatever place costs least then."""
     preemption_search_steps: int = 3_000
     """Candidate gangs all victim searches of one cycle may examine; jobs whose search is cut
     short keep a capacity reason and are searched again in the next cycle."""

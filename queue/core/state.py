@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from gangq.queue.core import backfill, explain, ordering, placement, preemption
+from gangq.queue.core import backfill, explain, ordering, placement, preemption, serving
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.device import DeviceId
 from gangq.queue.core.model import (
@@ -100,6 +100,8 @@ class CycleState:
     unreservable: set[placement.Shape] = field(default_factory=set)
     decide_again_at: float | None = None
     """`CycleResult.decide_again_at`."""
+    serving_places: serving.Places | None = None
+    """Places kept cheap to clear for forecast serving scale-ups (module `serving`)."""
     _victims_by_class: dict[str, list[RunningJob]] | None = None
     _evicting: dict[str, list[RunningJob]] | None = None
     _victims_by_domain: dict[tuple[str, str], dict[str, list[RunningJob]]] = field(
@@ -133,6 +135,15 @@ class CycleState:
         )
         tiers = {tier.name: tier for tier in policy.tiers}
         budget = preemption.SearchBudget(steps=policy.preemption_search_steps)
+        places = serving.places(
+            snapshot.serving_starts,
+            days=policy.serving_forecast_days,
+            pool=pool,
+            running=snapshot.running,
+            book=book,
+            tiers=tiers,
+            now=now,
+        )
         return cls(
             snapshot=snapshot,
             policy=policy,
@@ -142,6 +153,7 @@ class CycleState:
             tiers=tiers,
             budget=budget,
             owed=OwedDemand(book=book),
+            serving_places=places,
         )
 
     def note_decision_at(self, at: float) -> None:

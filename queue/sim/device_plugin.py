@@ -46,6 +46,7 @@ def _least_allocated(free: Mapping[NodeName, list[DeviceId]], count: int) -> Nod
 class DevicePluginPolicy:
     name = "device-plugin"
     whole_gangs = False
+    serving_tiers: frozenset[str] = frozenset()
 
     def decide(self, snapshot: Snapshot, *, now: float) -> CycleResult:
         """Place each missing pod greedily; what does not fit waits for a later cycle."""

@@ -28,6 +28,7 @@ from gangq.queue.core.model import (
     Grow,
     JobKey,
     ReplicaPlacement,
+    ServingStart,
     Snapshot,
     Victim,
 )
@@ -90,6 +91,8 @@ class Simulation:
         self.holder: dict[DeviceId, JobKey] = {}
         self.free_since: dict[DeviceId, float] = {}
         """When each device last came free, as the store's released reservations tell it."""
+        self.serving_starts: list[ServingStart] = []
+        """Admissions of the policy's `serving_tiers`, as the store's reservations tell them."""
         self.limits = {
             q.tenant: (q.nominal + q.borrowing_limit) * sharing.WHOLE for q in trace.quotas
         }
@@ -221,6 +224,16 @@ class Simulation:
             if replica.replica in record.placement or not 0 <= replica.replica < job.replicas:
                 raise SimulationError(f"{job.key}: replica {replica.replica} is placed or unknown")
         self._take(record, admission.placement, borrowed=admission.borrowed)
+        if job.tier in self.policy.serving_tiers:
+            self.serving_starts.append(
+                ServingStart(
+                    job.tenant,
+                    self.trace.cluster.device_class,
+                    len(admission.placement),
+                    job.devices_per_replica,
+                    now,
+                )
+            )
         newly_holding = record.held_since is None
         if newly_holding:
             record.held_since = now
@@ -564,6 +577,7 @@ class Simulation:
             running=running,
             pending=pending,
             growable=growable,
+            serving_starts=tuple(self.serving_starts),
             free_since=dict(self.free_since),
         )
 

@@ -44,6 +44,7 @@ class FifoPolicy:
     starts every job at its `replicas`, an elastic one's too."""
 
     whole_gangs = True
+    serving_tiers: frozenset[str] = frozenset()
 
     def __init__(self, *, strict: bool) -> None:
         self.strict = strict

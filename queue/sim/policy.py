@@ -29,6 +29,8 @@ class SimPolicy(Protocol):
     """
 
     name: str
+    serving_tiers: frozenset[str]
+    """Tiers whose admissions the policy forecasts serving scale-ups from (empty: none)."""
     whole_gangs: bool
     """True: the first admission of a job that holds nothing is its whole gang, of the size
     the policy chose (an elastic job's may be below its replicas); False: replicas are
@@ -51,6 +53,9 @@ class GangqPolicy:
         """`policy` carries tiers and knobs (from a settings file); default: the product's."""
         base = policy if policy is not None else Policy()
         self.policy = dataclasses.replace(base, managed_device_classes=(device_class,))
+        self.serving_tiers = frozenset(
+            tier.name for tier in self.policy.tiers if tier.always_preempts
+        )
         self.matcher = DeviceMatcher()
         self._tiers = {tier.name: tier for tier in self.policy.tiers}
 

@@ -367,7 +367,9 @@ async def cycle_in_transaction(
     """
     await session.execute(SERIALIZE_CYCLES, {"key": CYCLE_LOCK_KEY})
     await leader.fence(session, epoch)
-    loaded = await snapshot.load(session, inventory, now=now, estimator=estimator, views=views)
+    loaded = await snapshot.load(
+        session, inventory, now=now, estimator=estimator, views=views, policy=policy
+    )
     result = cycle.run_cycle(snapshot=loaded.snapshot, policy=policy, now=now, matcher=matcher)
     await _write_admissions(
         session,

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gangq.queue.core import elastic, model
 from gangq.queue.core.device import DeviceId
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.store import bulk, reservations, runs, spec, tenants, timestamps
+from gangq.queue.store import bulk, reservations, runs, serving, spec, tenants, timestamps
 from gangq.queue.store.models import HOLDING_PHASES, QUEUED, JobRow
 
 JobColumns: TypeAlias = Any
@@ -225,12 +225,14 @@ async def holding_rows(session: AsyncSession) -> Sequence[JobColumns]:
 class Views:
     """The core views of the last cycle's rows, by job id, kept from one cycle to the next:
     over a long queue a cycle rebuilds only the views whose columns (or prediction, or
-    placement) changed, rather than one per queued job per cycle; and when each device last
-    came free, read since the last cycle (`reservations.ReleaseLog`). A `load` without it
-    builds every view afresh."""
+    placement) changed, rather than one per queued job per cycle; and, read since the last
+    cycle, when each device last came free (`reservations.ReleaseLog`) and when the serving
+    tiers were admitted (`serving.ServingLog`). A `load` without it builds every view
+    afresh."""
 
     def __init__(self) -> None:
         self.releases = reservations.ReleaseLog()
+        self.serving = serving.ServingLog()
         self._pending: dict[int, tuple[tuple[Any, ...], float | None, model.PendingJob]] = {}
         self._running: dict[int, tuple[tuple[Any, ...], object, tuple[model.RunningJob, ...]]] = {}
 
@@ -317,9 +319,11 @@ async def load(
     now: float,
     estimator: runs.Estimator | None = None,
     views: Views | None = None,
+    policy: model.Policy | None = None,
 ) -> Loaded:
     """The cycle's input; with an `estimator`, jobs carry predicted runtimes and ends (rule 5).
-    `views` keeps the core views from the last cycle (see `Views`)."""
+    `views` keeps the core views from the last cycle (see `Views`); with a `policy` that
+    forecasts serving scale-ups, the snapshot carries the admissions they are learned from."""
     quotas = await tenants.all_quotas(session)
     holding = await holding_rows(session)
     placements = await reservations.active_by_job(session)
@@ -330,6 +334,12 @@ async def load(
     if pending:
         floor = min(job.waiting_since for _, job in pending)
         free_since = await kept.releases.read(session, floor=floor)
+    starts: tuple[model.ServingStart, ...] = ()
+    if policy is not None and policy.serving_forecast_days:
+        tiers = [tier.name for tier in policy.tiers if tier.always_preempts]
+        starts = await kept.serving.read(
+            session, tiers=tiers, days=policy.serving_forecast_days, now=now
+        )
     return Loaded(
         snapshot=model.Snapshot(
             inventory=inventory,
@@ -337,6 +347,7 @@ async def load(
             running=running,
             pending=tuple(job for _, job in pending),
             growable=growable(holding, estimator=estimator),
+            serving_starts=starts,
             free_since=free_since,
         ),
         queued=queued,

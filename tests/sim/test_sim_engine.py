@@ -205,6 +205,7 @@ class _DoubleBooking:
 
     name = "double-booking"
     whole_gangs = True
+    serving_tiers: frozenset[str] = frozenset()
 
     def decide(self, snapshot: Snapshot, *, now: float) -> CycleResult:
         device = sorted(snapshot.inventory.devices)[0]

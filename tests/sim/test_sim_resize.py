@@ -65,6 +65,7 @@ class Resizing:
 
     name = "gangq"
     whole_gangs = True
+    serving_tiers: frozenset[str] = frozenset()
 
     def __init__(
         self,

@@ -1,0 +1,159 @@
+"""Recurring serving demand (module `serving`): the daily scale-up forecast from earlier
+admissions, and the place a job that would run past it without checkpoints must leave cheap
+to clear."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import builders
+
+from gangq.queue.core import cycle, serving
+from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core.explain import WaitCause
+from gangq.queue.core.model import (
+    CycleResult,
+    JobKey,
+    PendingJob,
+    Policy,
+    RunningJob,
+    ServingStart,
+    Snapshot,
+    Tenant,
+)
+
+DAY = 86_400.0
+HOUR = 3_600.0
+NOW = 10 * DAY + 9 * HOUR
+"""Day 10 at 09:00."""
+GPU = builders.GPU
+
+
+def _start(day: int, hour: float, *, tenant: str = "prod") -> ServingStart:
+    return ServingStart(Tenant(tenant), GPU, 1, 8, day * DAY + hour * HOUR)
+
+
+DAILY = (_start(7, 11.0), _start(8, 12.0), _start(9, 13.5))
+"""A 1 x 8 scale-up on days 7 to 9 between 11:00 and 13:30."""
+
+
+def test_a_daily_scale_up_is_expected_at_the_earliest_hour_it_came_at() -> None:
+    (rise,) = serving.rises(DAILY, now=NOW, days=7)
+    assert (rise.tenant, rise.replicas, rise.devices_per_replica) == ("prod", 1, 8)
+    assert rise.at == 10 * DAY + 11 * HOUR
+    assert rise.days == 3
+
+
+def test_once_it_came_today_the_next_is_tomorrow() -> None:
+    (rise,) = serving.rises((*DAILY, _start(10, 8.5)), now=NOW, days=7)
+    assert rise.at == 11 * DAY + 8.5 * HOUR
+
+
+def test_within_its_hours_and_not_yet_come_it_is_due_now() -> None:
+    (rise,) = serving.rises(DAILY, now=10 * DAY + 12 * HOUR, days=7)
+    assert rise.at == 10 * DAY + 12 * HOUR
+
+
+def test_past_its_latest_hour_without_it_the_next_is_tomorrow() -> None:
+    (rise,) = serving.rises(DAILY, now=10 * DAY + 15 * HOUR, days=7)
+    assert rise.at == 11 * DAY + 11 * HOUR
+
+
+def test_one_day_is_no_recurrence_and_old_days_are_forgotten() -> None:
+    assert serving.rises((_start(9, 11.0), _start(9, 12.0)), now=NOW, days=7) == ()
+    assert serving.rises(DAILY, now=NOW + DAY, days=2) == ()  # only day 9 is in the window
+
+
+def test_hours_far_apart_are_separate_rises() -> None:
+    evening = (_start(8, 20.0), _start(9, 21.0))
+    found = serving.rises((*DAILY, *evening), now=NOW, days=7)
+    assert sorted(rise.at for rise in found) == [10 * DAY + 11 * HOUR, 10 * DAY + 20 * HOUR]
+
+
+# --- the cycle keeps a place cheap to clear ----------------------------------------------------
+
+QUOTAS = (builders.quota("prod", 8), builders.quota("team-a", 8, borrowing_limit=8))
+COSTLY = dataclasses.replace(
+    builders.gang("costly", [("node-0", range(8))], started_at=NOW - 5 * HOUR),
+    max_runtime_s=100 * HOUR,
+)
+"""Node 0 holds a gang that runs for days without checkpoints: node 1 is the last place the
+scale-up could clear cheaply."""
+
+
+DEFAULT = Policy()
+
+
+def _cycle(
+    job: PendingJob,
+    *,
+    running: tuple[RunningJob, ...] = (COSTLY,),
+    starts: tuple[ServingStart, ...] = DAILY,
+    policy: Policy = DEFAULT,
+) -> CycleResult:
+    snapshot = Snapshot(
+        inventory=builders.cluster(2),
+        quotas=QUOTAS,
+        running=running,
+        pending=(job,),
+        serving_starts=starts,
+    )
+    return cycle.run_cycle(snapshot=snapshot, policy=policy, now=NOW, matcher=DeviceMatcher())
+
+
+def _long(**changes: object) -> PendingJob:
+    job = builders.job("long", per_replica=8, submitted_at=NOW, max_runtime_s=20 * HOUR)
+    return dataclasses.replace(job, **changes)
+
+
+def test_a_job_that_would_run_past_the_scale_up_leaves_the_last_cheap_place() -> None:
+    result = _cycle(_long())
+    assert result.admissions == ()
+    reason = result.pending[JobKey("team-a/long")]
+    assert reason.cause is WaitCause.SERVING
+    assert reason.message == (
+        "capacity: keeps a place cheap to clear for tenant prod's daily scale-up (1 x 8, "
+        "expected in ~2h00m, seen on 3 of the last days): the job would run past it without "
+        "checkpoints"
+    )
+
+
+def test_a_job_that_ends_before_it_or_saves_checkpoints_takes_the_place() -> None:
+    ends_first = _cycle(_long(predicted_runtime_s=1.5 * HOUR))
+    saves = _cycle(_long(checkpoint_interval_s=1_800.0))
+    assert [a.job for a in ends_first.admissions] == ["team-a/long"]
+    assert [a.job for a in saves.admissions] == ["team-a/long"]
+
+
+def test_without_the_forecast_or_a_recurrence_it_takes_the_place() -> None:
+    off = _cycle(_long(), policy=Policy(serving_forecast_days=None))
+    once = _cycle(_long(), starts=DAILY[:1])
+    assert [a.job for a in off.admissions] == ["team-a/long"]
+    assert [a.job for a in once.admissions] == ["team-a/long"]
+
+
+def test_a_gang_predicted_to_end_before_it_keeps_its_node_cheap() -> None:
+    """Node 0's gang ends within the hour: node 0 stays a cheap place, so node 1 is free to
+    take."""
+    ending = dataclasses.replace(COSTLY, predicted_end_at=NOW + 0.5 * HOUR)
+    assert [a.job for a in _cycle(_long(), running=(ending,)).admissions] == ["team-a/long"]
+
+
+def test_no_place_is_kept_for_a_scale_up_its_quota_has_no_room_for() -> None:
+    """Prod already serves its whole nominal quota on node 0: a scale-up would not fit it."""
+    serving_now = builders.gang(
+        "serve", [("node-0", range(8))], tenant="prod", tier="prod-inference", max_runtime_s=None
+    )
+    result = _cycle(_long(), running=(serving_now,))
+    assert [a.job for a in result.admissions] == ["team-a/long"]
+
+
+def test_where_no_place_is_cheap_already_nothing_is_kept() -> None:
+    """Both nodes hold unsaved work for days: a 1-GPU job has no cheap place to leave."""
+    other = dataclasses.replace(
+        builders.gang("other", [("node-1", range(7))], started_at=NOW - 5 * HOUR),
+        max_runtime_s=100 * HOUR,
+    )
+    small = builders.job("one", submitted_at=NOW, max_runtime_s=20 * HOUR)
+    result = _cycle(small, running=(COSTLY, other))
+    assert [a.job for a in result.admissions] == ["team-a/one"]
