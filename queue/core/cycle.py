@@ -208,7 +208,13 @@ def _serving_refusal(
     tier = state.tiers[job.tier]
     if places is None or tier.always_preempts or tier.long_running:
         return None
-    return places.refusal(job, choice, end=state.end_if_admitted(job))
+    idle, idled = state.idled(job, choice)
+    refused = places.refusal(job, choice, end=state.end_if_admitted(job), idle=idle, idled=idled)
+    if refused is None:
+        return None
+    reason, takes_in = refused
+    state.note_decision_at(state.now + takes_in)
+    return reason
 
 
 def _grow(growable: tuple[PendingJob, ...], *, ranks: dict[str, int], state: CycleState) -> None:

@@ -157,15 +157,24 @@ def unsaved_borrow(
 
 
 def serving_place(
-    *, tenant: str, replicas: int, devices_per_replica: int, rise_in_s: float, days: int
+    *,
+    tenant: str,
+    replicas: int,
+    devices_per_replica: int,
+    rise_in_s: float,
+    days: int,
+    takes_in_s: float,
 ) -> PendingReason:
     """The job would run past a forecast scale-up of a tier that always preempts, without
-    checkpoints, on the last place that scale-up could clear cheaply (module `serving`)."""
+    checkpoints, on the last place that scale-up could clear cheaply (module `serving`); it
+    takes the place once its idle devices have cost what that scale-up would destroy."""
     return PendingReason(
         ReasonCode.CAPACITY,
         f"capacity: keeps a place cheap to clear for tenant {tenant}'s daily scale-up "
         f"({replicas} x {devices_per_replica}, expected in {approximately(rise_in_s)}, seen on "
-        f"{days} of the last days): the job would run past it without checkpoints",
+        f"{days} of the last days): the job would run past it without checkpoints; it takes "
+        f"the place in {approximately(takes_in_s)} at the latest, when its idle devices will "
+        "have cost what the scale-up would destroy",
         WaitCause.SERVING,
     )
 

@@ -331,7 +331,7 @@ def weigh(
             evict_in_s=evict_in,
             free_in_s=expected_wait(),
         )
-    idle, idled = _idled(job, choice, state=state)
+    idle, idled = state.idled(job, choice)
     pays, evict_in = _rent(victims, cost=cost, kept=idled, rate=idle, state=state)
     if pays:
         factor, wait = state.policy.preemption_cost_factor, expected_wait()
@@ -352,19 +352,6 @@ def weigh(
         evict_in_s=evict_in,
         free_in_s=expected_wait(),
     )
-
-
-def _idled(job: PendingJob, choice: placement.Choice, *, state: CycleState) -> tuple[int, float]:
-    """The free devices of the job's place, and the device-seconds they have idled while it
-    waited: each since the later of its release and the job's queueing."""
-    queued, free_since = job.waiting_since, state.snapshot.free_since
-    idle, idled = 0, 0.0
-    for _, devices in choice:
-        for device in devices:
-            if device.id in state.pool.free:
-                idle += 1
-                idled += max(state.now - max(free_since.get(device.id, queued), queued), 0.0)
-    return idle, idled
 
 
 def _rent(

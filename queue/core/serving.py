@@ -121,26 +121,41 @@ class Places:
             self._cheap.append(cheap)
 
     def refusal(
-        self, job: PendingJob, choice: placement.Choice, *, end: float
-    ) -> explain.PendingReason | None:
-        """Why the job may not take `choice`: it would run past a rise without checkpoints
-        and leave it no place to clear cheaply, where there was one. None: it may."""
+        self, job: PendingJob, choice: placement.Choice, *, end: float, idle: int, idled: float
+    ) -> tuple[explain.PendingReason, float] | None:
+        """Why the job may not take `choice`, and in how long it may: it would run past a
+        rise without checkpoints and leave it no place to clear cheaply, where there was one.
+        None: it may.
+
+        Keeping the place is ski rental, as an eviction by tier is (rule 6): the job takes it
+        once the `idle` free devices of its place have idled, while it waited (`idled`
+        device-seconds), as much as the scale-up would destroy by evicting it: its devices
+        from now to the rise, and their restart. A job never waits out more than that."""
         if job.checkpoint_interval_s is not None:
             return None
+        now = self._now
         for rise, cheap in zip(self._rises, self._cheap, strict=True):
             if rise.device_class != job.device_class or end <= rise.at:
                 continue
             left = dict(cheap)
             for node, devices in choice:
                 left[node] = left.get(node, 0) - len(devices)
-            if _places(left, rise) < rise.replicas <= _places(cheap, rise):
-                return explain.serving_place(
-                    tenant=rise.tenant,
-                    replicas=rise.replicas,
-                    devices_per_replica=rise.devices_per_replica,
-                    rise_in_s=rise.at - self._now,
-                    days=rise.days,
-                )
+            if not _places(left, rise) < rise.replicas <= _places(cheap, rise):
+                continue
+            taking = sum(len(taken) for _, taken in choice)
+            lost = taking * (max(rise.at - now, 0.0) + job.restart_s)
+            if idled >= lost:
+                continue
+            takes_in = (lost - idled) / (idle + taking)
+            reason = explain.serving_place(
+                tenant=rise.tenant,
+                replicas=rise.replicas,
+                devices_per_replica=rise.devices_per_replica,
+                rise_in_s=rise.at - now,
+                days=rise.days,
+                takes_in_s=takes_in,
+            )
+            return reason, takes_in
         return None
 
     def take(self, job: PendingJob, choice: placement.Choice, *, end: float) -> None:

@@ -160,6 +160,19 @@ class CycleState:
         if self.decide_again_at is None or at < self.decide_again_at:
             self.decide_again_at = at
 
+    def idled(self, job: PendingJob, choice: placement.Choice) -> tuple[int, float]:
+        """The free devices of the job's place, and the device-seconds they have idled while
+        it waited: each since the later of its release (`Snapshot.free_since`) and the job's
+        queueing."""
+        queued, free_since = job.waiting_since, self.snapshot.free_since
+        idle, idled = 0, 0.0
+        for _, devices in choice:
+            for device in devices:
+                if device.id in self.pool.free:
+                    idle += 1
+                    idled += max(self.now - max(free_since.get(device.id, queued), queued), 0.0)
+        return idle, idled
+
     def may_preempt(self, job: PendingJob) -> bool:
         """Preemption is on and the job has waited its tier's preemption delay."""
         delay = self.tiers[job.tier].preemption_delay_s if job.tier in self.tiers else 0.0

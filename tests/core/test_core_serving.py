@@ -5,11 +5,13 @@ to clear."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 import builders
 
 from gangq.queue.core import cycle, serving
 from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core.device import DeviceId
 from gangq.queue.core.explain import WaitCause
 from gangq.queue.core.model import (
     CycleResult,
@@ -90,6 +92,8 @@ def _cycle(
     running: tuple[RunningJob, ...] = (COSTLY,),
     starts: tuple[ServingStart, ...] = DAILY,
     policy: Policy = DEFAULT,
+    now: float = NOW,
+    free_since: Mapping[DeviceId, float] | None = None,
 ) -> CycleResult:
     snapshot = Snapshot(
         inventory=builders.cluster(2),
@@ -97,8 +101,9 @@ def _cycle(
         running=running,
         pending=(job,),
         serving_starts=starts,
+        free_since=free_since or {},
     )
-    return cycle.run_cycle(snapshot=snapshot, policy=policy, now=NOW, matcher=DeviceMatcher())
+    return cycle.run_cycle(snapshot=snapshot, policy=policy, now=now, matcher=DeviceMatcher())
 
 
 def _long(**changes: object) -> PendingJob:
@@ -107,6 +112,9 @@ def _long(**changes: object) -> PendingJob:
 
 
 def test_a_job_that_would_run_past_the_scale_up_leaves_the_last_cheap_place() -> None:
+    """Evicted at the rise, 2 h from now, it would lose 8 x (2 h + its 300 s restart) =
+    60,000 device-s. Its 8 idle devices and that loss meet in 60,000 / 16 = 3,750 s: then
+    waiting has cost what taking the place would, and the cycle asks to be run again."""
     result = _cycle(_long())
     assert result.admissions == ()
     reason = result.pending[JobKey("team-a/long")]
@@ -114,8 +122,20 @@ def test_a_job_that_would_run_past_the_scale_up_leaves_the_last_cheap_place() ->
     assert reason.message == (
         "capacity: keeps a place cheap to clear for tenant prod's daily scale-up (1 x 8, "
         "expected in ~2h00m, seen on 3 of the last days): the job would run past it without "
-        "checkpoints"
+        "checkpoints; it takes the place in ~1h02m at the latest, when its idle devices will "
+        "have cost what the scale-up would destroy"
     )
+    assert result.decide_again_at == NOW + 3_750.0
+
+
+def test_a_job_takes_the_place_once_its_idle_devices_cost_what_the_scale_up_would_destroy() -> None:
+    """Queued 1 h ago on a place free since: its 8 devices idled 8 device-h, more than an
+    eviction 1 h from now would destroy, 8 x (1 h + 300 s). Had the place come free just
+    now, nothing would have idled yet."""
+    late = _long(submitted_at=NOW - HOUR)
+    assert [a.job for a in _cycle(late, now=NOW + HOUR).admissions] == ["team-a/long"]
+    freed_now = {builders.device_id("node-1", index): NOW + HOUR for index in range(8)}
+    assert _cycle(late, now=NOW + HOUR, free_since=freed_now).admissions == ()
 
 
 def test_a_job_that_ends_before_it_or_saves_checkpoints_takes_the_place() -> None:
