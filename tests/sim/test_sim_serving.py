@@ -1,0 +1,90 @@
+"""The serving scale-up forecast through the simulator: the engine hands the core the
+admissions of the tiers that always preempt, and a daily scale-up then finds a place that
+costs little to clear (core module `serving`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gangq.queue.core.explain import WaitCause
+from gangq.queue.core.model import Policy
+from gangq.queue.sim import engine, policy, report, trace
+
+HOUR = 3_600.0
+DAY = 24 * HOUR
+
+
+def _job(name: str, arrival: float, tier: str, **fields: Any) -> dict[str, Any]:
+    tenant = name.split("/", maxsplit=1)[0]
+    return {"name": name, "arrival": arrival, "tenant": tenant, "tier": tier, **fields}
+
+
+WEEK = trace.from_document(
+    {
+        "horizon": 3 * DAY,
+        "cluster": {"nodes": 2, "racks": 1},
+        "tenants": [
+            {"name": "prod", "nominal": 8},
+            {"name": "team", "nominal": 8, "borrowingLimit": 8},
+        ],
+        "jobs": [
+            # Node 0 runs days of unsaved work: node 1 is the only place a scale-up clears
+            # cheaply.
+            _job("team/steady", 0, "training", devicesPerReplica=8, runtime=100 * HOUR),
+            *(
+                _job(
+                    f"prod/up-{day}",
+                    day * DAY + 11 * HOUR,
+                    "prod-inference",
+                    devicesPerReplica=8,
+                    runtime=2 * HOUR,
+                )
+                for day in range(3)
+            ),
+            # On day 2 a job that would run past 11:00 without checkpoints, then one that
+            # ends before it.
+            _job(
+                "team/long",
+                2 * DAY + 10 * HOUR,
+                "training",
+                devicesPerReplica=8,
+                runtime=10 * HOUR,
+                maxRuntime=12 * HOUR,
+            ),
+            _job(
+                "team/short",
+                2 * DAY + 10 * HOUR + 60,
+                "training",
+                devicesPerReplica=8,
+                runtime=45 * 60,
+                maxRuntime=50 * 60,
+            ),
+        ],
+    }
+)
+
+
+def _run(settings: Policy) -> tuple[dict[str, Any], engine.Outcome]:
+    outcome = engine.simulate(
+        WEEK, policy.create("gangq", device_class="gpu.nvidia.com", settings=settings)
+    )
+    return report.summarize(outcome), outcome
+
+
+def test_a_forecast_scale_up_finds_its_place_cheap_to_clear() -> None:
+    """Without the forecast, the long job takes node 1 at 10:00 and the scale-up destroys
+    that hour. With it, the long job leaves node 1 to the short one, which ends by 10:46, and
+    takes it only once its idle devices have cost what the scale-up would destroy, minutes
+    before 11:00: it loses those minutes and its restart."""
+    forecast, kept = _run(Policy())
+    blind, taken = _run(Policy(serving_forecast_days=None))
+    # An hour of 8 devices, the 30 s grace and the restart after it.
+    assert blind["device_hours_lost_by_cause"] == {
+        "prod-inference > training": pytest.approx(8 * (HOUR + 30 + 300) / HOUR)
+    }
+    assert kept.records["team/short"].finished_at == 2 * DAY + 10 * HOUR + 60 + 45 * 60
+    assert taken.records["team/short"].finished_at > 2 * DAY + 11 * HOUR
+    assert kept.records["team/long"].waited_by_cause[WaitCause.SERVING] > 0
+    assert forecast["device_hours_lost"] < blind["device_hours_lost"] / 5
