@@ -17,7 +17,7 @@ import statistics
 from dataclasses import dataclass
 
 from gangq.queue.core.model import JobKey, Tenant, TenantQuota, Topology, TopologyMode
-from gangq.queue.sim import reference
+from gangq.queue.sim import mixed, reference
 from gangq.queue.sim.cluster import RACK_LABEL
 from gangq.queue.sim.load import offered_device_s
 from gangq.queue.sim.reference import CLUSTER, DAY, HOUR
@@ -151,16 +151,7 @@ def quotas() -> tuple[TenantQuota, ...]:
     )
     return (
         prod,
-        *(
-            TenantQuota(
-                tenant=Tenant(name),
-                device_class=CLUSTER.device_class,
-                nominal=NOMINAL,
-                borrowing_limit=BORROWING_LIMIT,
-                allowed_tiers=("training", "small"),
-            )
-            for name in TENANTS
-        ),
+        *mixed.training_quotas(TENANTS, nominal=NOMINAL, borrowing_limit=BORROWING_LIMIT),
     )
 
 

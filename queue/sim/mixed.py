@@ -38,15 +38,22 @@ CHECKPOINT_INTERVAL_S = (30 * 60.0, 60 * 60.0)
 
 
 def quotas() -> tuple[TenantQuota, ...]:
+    return training_quotas(TENANTS, nominal=NOMINAL, borrowing_limit=BORROWING_LIMIT)
+
+
+def training_quotas(
+    tenants: tuple[str, ...], *, nominal: int, borrowing_limit: int
+) -> tuple[TenantQuota, ...]:
+    """Tenants that run training and small jobs on the reference cluster's GPUs, alike."""
     return tuple(
         TenantQuota(
             tenant=Tenant(name),
             device_class=CLUSTER.device_class,
-            nominal=NOMINAL,
-            borrowing_limit=BORROWING_LIMIT,
+            nominal=nominal,
+            borrowing_limit=borrowing_limit,
             allowed_tiers=("training", "small"),
         )
-        for name in TENANTS
+        for name in tenants
     )
 
 
