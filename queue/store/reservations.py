@@ -271,9 +271,10 @@ async def holders(session: AsyncSession) -> dict[DeviceId, Holder]:
     }
 
 
-RELEASE_OVERLAP_S = 60.0
-"""A release is stamped before its transaction commits: each read goes back this far before
-the latest release it saw, so one that committed late is still read."""
+COMMIT_OVERLAP_S = 60.0
+"""A reservation or release is stamped before its transaction commits: a read of the rows
+stamped since the last read goes back this far before the latest stamp it saw, so one that
+committed late is still read (`ReleaseLog`, `serving.ServingLog`)."""
 _RELEASES = (
     select(
         ReservationRow.driver,
@@ -305,7 +306,7 @@ class ReleaseLog:
         if self._floor is None or self._seen_to is None or floor < self._floor:
             since = floor
         else:
-            since = max(floor, self._seen_to - RELEASE_OVERLAP_S)
+            since = max(floor, self._seen_to - COMMIT_OVERLAP_S)
         rows = await session.execute(_RELEASES, {"since": timestamps.to_datetime(since)})
         for driver, pool, name, released_at in rows:
             device, at = device_id(driver, pool, name), timestamps.to_unix(released_at)

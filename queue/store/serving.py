@@ -16,12 +16,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.queue.core import model
 from gangq.queue.core.serving import DAY_S
-from gangq.queue.store import timestamps
+from gangq.queue.store import reservations, timestamps
 from gangq.queue.store.models import JobRow, ReservationRow
 
-OVERLAP_S = 60.0
-"""A reservation is stamped before its transaction commits: each read goes back this far
-before the latest one it saw, so one that committed late is still read."""
 _ADMISSIONS = (
     select(
         ReservationRow.job_id,
@@ -66,7 +63,7 @@ class ServingLog:
         if wanted != self._tiers or self._seen_to is None:
             self._starts, self._tiers, since = {}, wanted, window
         else:
-            since = max(window, self._seen_to - OVERLAP_S)
+            since = max(window, self._seen_to - reservations.COMMIT_OVERLAP_S)
         rows = await session.execute(
             _ADMISSIONS,
             {"since": timestamps.to_datetime(since), "tiers": sorted(wanted)},
