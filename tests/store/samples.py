@@ -11,8 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.queue.core import model
 from gangq.queue.core.device import CounterSetId, Device, DeviceId, counter_set_id, device_id
-from gangq.queue.store import reservations, timestamps
-from gangq.queue.store.models import JobRow
+from gangq.queue.store import jobs, reservations, timestamps
+from gangq.queue.store.models import SUCCEEDED, JobRow
 
 T0 = 1_790_000_000.0
 """A fixed instant (unix seconds) the tests count from."""
@@ -162,6 +162,26 @@ async def hold(
     await session.execute(
         update(JobRow).where(JobRow.id == job_id).values(phase=phase, admitted_at=instant)
     )
+
+
+async def ran(
+    session: AsyncSession,
+    queued: model.PendingJob,
+    *placements: model.ReplicaPlacement,
+    at: float,
+    until: float,
+) -> None:
+    """A job that held these devices from `at` and ended at `until`: its released
+    reservations stay as the usage record."""
+    await jobs.enqueue(session, [queued], actor="test", now=at)
+    await hold(session, queued.key, *placements, at=at)
+    namespace, name = queued.key.split("/")
+    job_id = await session.scalar(
+        select(JobRow.id).where(JobRow.namespace == namespace, JobRow.name == name)
+    )
+    assert job_id is not None
+    await reservations.release(session, [job_id], at=timestamps.to_datetime(until))
+    await session.execute(update(JobRow).where(JobRow.id == job_id).values(phase=SUCCEEDED))
 
 
 PROFILE = 'device.attributes["gpu.nvidia.com"].profile == "{}"'

@@ -3,14 +3,12 @@ from the usage record, since the last cycle's read, on a real PostgreSQL."""
 
 from __future__ import annotations
 
-from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core.device import device_id
-from gangq.queue.store import jobs, reservations, snapshot, tenants, timestamps
-from gangq.queue.store.models import SUCCEEDED, JobRow
+from gangq.queue.store import jobs, reservations, snapshot, tenants
 
-from .samples import T0, hold, inventory, job, placement, quota
+from .samples import T0, inventory, job, placement, quota, ran
 
 Sessions = async_sessionmaker[AsyncSession]
 
@@ -22,14 +20,9 @@ def _gpu(node: str, index: int) -> str:
 async def _run_and_release(
     sessions: Sessions, key: str, *devices: int, node: str, held_at: float, released_at: float
 ) -> None:
-    """A job that held these devices and ended: its reservations stay as the usage record."""
     async with sessions() as session, session.begin():
-        await jobs.enqueue(session, [job(key, submitted_at=held_at)], actor="test", now=held_at)
-        await hold(session, key, placement(node, *devices), at=held_at)
-        job_id = await session.scalar(select(JobRow.id).where(JobRow.name == key.split("/")[1]))
-        assert job_id is not None
-        await reservations.release(session, [job_id], at=timestamps.to_datetime(released_at))
-        await session.execute(update(JobRow).where(JobRow.id == job_id).values(phase=SUCCEEDED))
+        queued = job(key, submitted_at=held_at)
+        await ran(session, queued, placement(node, *devices), at=held_at, until=released_at)
 
 
 async def _free_since(sessions: Sessions, views: snapshot.Views, *, now: float) -> dict[str, float]:

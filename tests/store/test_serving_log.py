@@ -4,14 +4,12 @@ real PostgreSQL."""
 
 from __future__ import annotations
 
-from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core import model
-from gangq.queue.store import jobs, reservations, snapshot, timestamps
-from gangq.queue.store.models import SUCCEEDED, JobRow
+from gangq.queue.store import snapshot
 
-from .samples import T0, hold, inventory, job, placement
+from .samples import T0, inventory, job, placement, ran
 
 Sessions = async_sessionmaker[AsyncSession]
 DAY = 86_400.0
@@ -22,15 +20,9 @@ async def _scale_up(
     sessions: Sessions, name: str, *, at: float, tier: str = "prod-inference"
 ) -> None:
     """A serving replica admitted at `at` on node 0, scaled down an hour later."""
-    key = f"prod/{name}"
+    queued = job(f"prod/{name}", tenant="prod", tier=tier, devices_per_replica=8, submitted_at=at)
     async with sessions() as session, session.begin():
-        queued = job(key, tenant="prod", tier=tier, devices_per_replica=8, submitted_at=at)
-        await jobs.enqueue(session, [queued], actor="test", now=at)
-        await hold(session, key, placement("node-0", *range(8)), at=at)
-        job_id = await session.scalar(select(JobRow.id).where(JobRow.name == name))
-        assert job_id is not None
-        await reservations.release(session, [job_id], at=timestamps.to_datetime(at + 3_600))
-        await session.execute(update(JobRow).where(JobRow.id == job_id).values(phase=SUCCEEDED))
+        await ran(session, queued, placement("node-0", *range(8)), at=at, until=at + 3_600)
 
 
 async def _starts(sessions: Sessions, views: snapshot.Views, *, now: float) -> list[float]:
