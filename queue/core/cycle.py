@@ -222,9 +222,9 @@ def _grow(growable: tuple[PendingJob, ...], *, ranks: dict[str, int], state: Cyc
     maximum take whole replicas, in queue order, on devices none of those jobs could use: the
     same checks as an admission without eviction (`_free_place`: quota, what other tenants
     are owed, backfill holds), all added replicas placed at once. A gang takes the most
-    replicas that fit, when that grow pays (`elastic.grow_pays`: the re-forming costs the
-    work since its checkpoint and a restart). A Required topology is not grown: the added
-    replicas would have to share the running ones' domain, which placement does not search."""
+    replicas that fit, when that grow pays (`_grow_pays`: the re-forming costs the work since
+    its checkpoint and a restart). A Required topology is not grown: the added replicas
+    would have to share the running ones' domain, which placement does not search."""
     if not growable:
         return
     gangs = {gang.key: gang for gang in state.snapshot.running}
@@ -248,8 +248,7 @@ def _grow(growable: tuple[PendingJob, ...], *, ranks: dict[str, int], state: Cyc
             choice = _free_place(part, state=state)
             if choice is None:
                 continue
-            long_running = state.tiers[job.tier].long_running
-            if elastic.grow_pays(gang, add, rest_s=rest, now=state.now, long_running=long_running):
+            if _grow_pays(gang, part, choice, rest_s=rest, state=state):
                 result, borrowed = _take(part, choice, state=state)
                 added = tuple(
                     dataclasses.replace(replica, replica=replica.replica + gang.size)
@@ -257,6 +256,34 @@ def _grow(growable: tuple[PendingJob, ...], *, ranks: dict[str, int], state: Cyc
                 )
                 state.grows.append(Grow(job=job.key, placement=added, borrowed=borrowed))
             break
+
+
+def _grow_pays(
+    gang: RunningJob,
+    part: PendingJob,
+    choice: placement.Choice,
+    *,
+    rest_s: float,
+    state: CycleState,
+) -> bool:
+    """Growing `gang` by `part` on `choice` pays by prediction (`elastic.grow_pays`) and, as
+    ski rental, the devices it would add have idled since the gang started at its size
+    (each since its release, as for a preemption) as long as the re-forming destroys
+    (`elastic.grow_cost_device_s`): a prediction of a heavy-tailed run is no promise that the
+    grow gains what it costs, but devices left idle that long have already wasted as much.
+    Until then the cycle runs again when they will have."""
+    long_running = state.tiers[gang.tier].long_running
+    now = state.now
+    if not elastic.grow_pays(
+        gang, part.replicas, rest_s=rest_s, now=now, long_running=long_running
+    ):
+        return False
+    idle, idled = state.idled(part, choice)
+    cost = elastic.grow_cost_device_s(gang, part.device_count, now=now, long_running=long_running)
+    if idled >= cost:
+        return True
+    state.note_decision_at(now + (cost - idled) / max(idle, 1))
+    return False
 
 
 def _full_start(job: PendingJob, *, state: CycleState) -> float | None:

@@ -175,12 +175,23 @@ def grow_pays(gang: RunningJob, add: int, *, rest_s: float, now: float, long_run
     return grown_rest_s(gang, add, rest_s=rest_s, now=now) < rest_s
 
 
+def grow_cost_device_s(
+    gang: RunningJob, added_devices: int, *, now: float, long_running: bool
+) -> float:
+    """What re-forming the gang to take `added_devices` more destroys: the work since its last
+    checkpoint on every device it holds (none for a tier that serves: its restart loses no
+    run), and the restart of every device of the grown gang."""
+    redone = 0.0 if long_running else gang.device_count * gang.unsaved_s(now)
+    return redone + gang.restart_s * (gang.device_count + added_devices)
+
+
 def addition(
     job: PendingJob, gang: RunningJob, add: int, *, rest_s: float, now: float
 ) -> PendingJob:
     """The `add` replicas a grow gives the running `gang` of `job` (the job at its maximum),
     as a gang the cycle places like any other: it runs as long as the grown gang, within the
-    gang's bound."""
+    gang's bound, and has waited since the gang started at its size (the idle time a grow
+    weighs counts from there)."""
     bound = None if gang.ends_at is None else max(gang.ends_at - now, 0.0)
     predicted = None if math.isinf(rest_s) else grown_rest_s(gang, add, rest_s=rest_s, now=now)
     if predicted is not None and bound is not None:
@@ -191,4 +202,5 @@ def addition(
         min_replicas=None,
         predicted_runtime_s=predicted,
         max_runtime_s=bound,
+        queued_at=gang.started_at,
     )

@@ -146,10 +146,12 @@ class Simulation:
         return self.outcome
 
     def _handle(self, event: Event) -> bool:
-        """Apply one event; True when the cluster or the queue changed."""
+        """Apply one event; True when a cycle may decide something new: the cluster or the
+        queue changed, or a wake a cycle asked for came (a reclaim or a grow that pays
+        now)."""
         if event.kind is EventKind.WAKE:
             self.wakes.discard(event.time)
-            return bool(self.waiting)
+            return True
         record = self.records[event.key]
         if event.kind is EventKind.ARRIVAL:
             record.pending_since = event.time

@@ -292,10 +292,10 @@ class ReleaseLog:
     next so that a cycle reads only the releases since the previous one (index
     `ix_reservations_released`), not the whole usage record.
 
-    Only releases since `floor`, the earliest instant a queued job has waited from, matter: a
-    device freed before it counts as free since each job's queueing anyway, so older entries
-    are dropped, and a floor that moves back (a job long in backoff queues again) reads the
-    releases from there once more."""
+    Only releases since `floor`, the earliest instant idle time is counted from (a queued
+    job's wait, a growable gang's start at its size), matter: a device freed before it counts
+    as free since then anyway, so older entries are dropped, and a floor that moves back (a
+    job long in backoff queues again) reads the releases from there once more."""
 
     def __init__(self) -> None:
         self._latest: dict[DeviceId, float] = {}

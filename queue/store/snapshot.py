@@ -312,6 +312,21 @@ def growable(
     return tuple(found)
 
 
+def _idle_from(
+    *,
+    pending: Sequence[model.PendingJob],
+    growable: Sequence[model.PendingJob],
+    running: Sequence[model.RunningJob],
+) -> float | None:
+    """The earliest instant a cycle counts idle devices from: a queued job's wait, or the
+    start of a growable gang at its size (a grow weighs the idle time of the devices it would
+    add since then); None when no one weighs idle time."""
+    grows = {job.key for job in growable}
+    instants = [job.waiting_since for job in pending]
+    instants += [gang.started_at for gang in running if gang.key in grows]
+    return min(instants, default=None)
+
+
 async def load(
     session: AsyncSession,
     inventory: model.Inventory,
@@ -330,10 +345,11 @@ async def load(
     queued = await queued_rows(session, now=now)
     kept = views or Views()
     pending, unreadable, running = kept.build(queued, holding, placements, estimator=estimator)
+    grows = growable(holding, estimator=estimator)
     free_since: Mapping[DeviceId, float] = {}
-    if pending:
-        floor = min(job.waiting_since for _, job in pending)
-        free_since = await kept.releases.read(session, floor=floor)
+    since = _idle_from(pending=[job for _, job in pending], growable=grows, running=running)
+    if since is not None:
+        free_since = await kept.releases.read(session, floor=since)
     starts: tuple[model.ServingStart, ...] = ()
     if policy is not None and policy.serving_forecast_days:
         tiers = [tier.name for tier in policy.tiers if tier.always_preempts]
@@ -346,7 +362,7 @@ async def load(
             quotas=quotas,
             running=running,
             pending=tuple(job for _, job in pending),
-            growable=growable(holding, estimator=estimator),
+            growable=grows,
             serving_starts=starts,
             free_since=free_since,
         ),

@@ -249,8 +249,12 @@ async def test_a_gang_at_its_minimum_grows_to_its_maximum_when_the_gang_beside_i
 ) -> None:
     harness = wide
     harness.start()
-    # without an end, it grows only with checkpoints: re-forming then loses little
-    blocker = await _running_at_two(harness, "elastic", checkpointIntervalSeconds=600)
+    # Without an end, it grows only with checkpoints: re-forming then loses little. It grows
+    # once the freed devices have idled what re-forming destroys: 16 devices x 1 s since its
+    # checkpoint, no restart.
+    blocker = await _running_at_two(
+        harness, "elastic", checkpointIntervalSeconds=1, restartSeconds=0
+    )
     first = {r: p["metadata"]["uid"] for r, p in _pods(harness, "elastic").items()}
     nodes = sorted(
         p["spec"]["nodeSelector"]["kubernetes.io/hostname"]

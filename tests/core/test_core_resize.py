@@ -11,6 +11,7 @@ import pytest
 
 from gangq.queue.core import cycle, elastic
 from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core.device import DeviceId
 from gangq.queue.core.model import (
     CycleResult,
     JobKey,
@@ -44,7 +45,7 @@ def _job(**overrides: object) -> PendingJob:
 def _gang(
     nodes: int = 2,
     *,
-    ran_s: float = 600.0,
+    ran_s: float = HOUR,
     rest_s: float = 6 * HOUR,
     checkpoint_interval_s: float | None = 600.0,
     borrowed: int = 0,
@@ -87,6 +88,7 @@ def _cycle(
     nodes: int = 4,
     quotas: tuple[TenantQuota, ...] = QUOTAS,
     policy: Policy = POLICY,
+    free_since: dict[DeviceId, float] | None = None,
 ) -> CycleResult:
     snapshot = Snapshot(
         inventory=builders.cluster(nodes),
@@ -94,6 +96,7 @@ def _cycle(
         running=running,
         pending=pending,
         growable=growable,
+        free_since=free_since or {},
     )
     return cycle.run_cycle(snapshot=snapshot, policy=policy, now=NOW, matcher=DeviceMatcher())
 
@@ -200,6 +203,39 @@ def test_a_gang_whose_end_is_unknown_grows_only_when_re_forming_costs_little(
     )
     job = _job(tier=tier)
     assert (_grown_to(_cycle(running=(gang,), growable=(job,))) == 4) is grows
+
+
+@pytest.mark.parametrize(
+    ("ran_s", "grows"),
+    [
+        pytest.param(1199.0, False, id="idled-less-than-re-forming-destroys"),
+        pytest.param(1200.0, True, id="idled-as-long"),
+    ],
+)
+def test_a_grow_waits_until_the_devices_it_adds_have_idled_what_re_forming_destroys(
+    ran_s: float, grows: bool
+) -> None:
+    """Ski rental: re-forming the 2 x 8 gang destroys its 10 min since the checkpoint on 16
+    devices and a 5-min restart on the 32 of the grown gang (19,200 device-s); the 16 free
+    devices have idled since the gang started. Until they have idled that long the cycle
+    asks to run again when they will have."""
+    gang = _gang(ran_s=ran_s)
+    assert elastic.grow_cost_device_s(gang, 16, now=NOW, long_running=False) == 19_200.0
+    result = _cycle(running=(gang,), growable=(_job(),))
+    assert (_grown_to(result) == 4) is grows
+    if not grows:
+        assert result.decide_again_at == pytest.approx(NOW + 1.0)
+
+
+def test_the_idle_time_a_grow_weighs_counts_from_each_devices_release() -> None:
+    """The gang started an hour ago, but node-2 and node-3 came free 10 minutes ago: 16
+    devices x 600 s have idled, less than the 19,200 device-s re-forming destroys."""
+    freed = {
+        builders.device_id(node, index): NOW - 600.0
+        for node in ("node-2", "node-3")
+        for index in range(8)
+    }
+    assert _cycle(running=(_gang(),), growable=(_job(),), free_since=freed).grows == ()
 
 
 def test_a_shrinking_gang_does_not_grow() -> None:

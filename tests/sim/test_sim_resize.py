@@ -305,26 +305,29 @@ def _gangq() -> policy.SimPolicy:
 
 
 def test_the_core_grows_the_gang_when_the_holder_ends() -> None:
-    """The week of the first test under the gangq policy alone: the core grows the gang at
-    1,000 on the two nodes the holder frees, and the engine re-forms it as above."""
+    """The week of the first test under the gangq policy alone: the two nodes the holder
+    frees at 1,000 idle until they have cost what re-forming destroys (ski rental): 16 x 99 s
+    since the gang's checkpoint and a 50-s restart on 32 devices, 3,184 device-s, which 16
+    idle devices reach at 1,199. It has run 1,198 s at 2 then (a first start has no
+    restart), of which its checkpoints hold 1,100, 550 s of its work at 4: it loses the 98 s
+    since, restarts 50 s and runs the 650 s left at 4."""
     outcome = _run([HOLDER, _elastic()], _gangq())
     record = outcome.records[ELASTIC]
-    assert (record.grows, record.finished_at) == (1, 1000 + 50 + 750)
-    assert outcome.lost_by_cause == {"grow": 16 * 99 + 32 * 50}
+    assert (record.grows, record.finished_at) == (1, 1199 + 50 + 650)
+    assert outcome.lost_by_cause == {"grow": 16 * 98 + 32 * 50}
 
 
 def test_the_core_shrinks_the_gang_for_a_prod_gang() -> None:
     """The week of the shrink test under the gangq policy alone: the core shrinks the gang to
     the 2 replicas the prod gang leaves it, which runs on without waiting. When the prod gang
-    ends at 751 the core grows it back to 4: of its 220 s of work at 2 since its restart, its
-    checkpoints hold 200 (100 s at 4, 500 s in all); it loses 16 x 70 s (50 of them its
-    restart after the shrink), restarts 50 s on 32 devices and runs its last 700 s at 4."""
+    ends at 751 the 16 devices it frees idle while the gang's unsaved work grows as fast as
+    their idle time: the core grows the gang back to 4 at its checkpoint at 931, when
+    re-forming destroys only the 50-s restart on 32 devices. Its 400 s of work at 2 since
+    its restart after the shrink are 200 s at 4 (600 s in all): it restarts 50 s and runs its
+    last 600 s at 4."""
     outcome = _run([_elastic(), PROD], _gangq())
     record = outcome.records[ELASTIC]
     assert (record.shrinks, record.evictions, record.grows) == (1, 0, 1)
     assert outcome.records[JobKey("prod/serve")].first_started_at == 481
-    assert record.finished_at == 751 + 50 + 700
-    assert outcome.lost_by_cause == {
-        SHRINK_CAUSE: 32 * 80 + 16 * 50,
-        "grow": 16 * 20 + 32 * 50,
-    }
+    assert record.finished_at == 931 + 50 + 600
+    assert outcome.lost_by_cause == {SHRINK_CAUSE: 32 * 80 + 16 * 50, "grow": 32 * 50}

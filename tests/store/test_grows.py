@@ -11,10 +11,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core import model
 from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core.device import device_id
 from gangq.queue.store import admission, grows, jobs, leader, snapshot, tenants
 from gangq.queue.store.errors import ConflictError
 
-from .samples import POLICY, T0, inventory, job, placement, quota
+from .samples import POLICY, T0, inventory, job, placement, quota, ran
 
 Sessions = async_sessionmaker[AsyncSession]
 KEY = "ml-train/elastic"
@@ -92,6 +93,24 @@ async def _store(
 async def _growable(sessions: Sessions) -> tuple[model.PendingJob, ...]:
     async with sessions() as session:
         return (await snapshot.load(session, WIDE, now=T0 + 30)).snapshot.growable
+
+
+async def test_with_no_job_queued_a_growable_gang_still_sees_when_devices_came_free(
+    database_url: str, session_factory: Sessions
+) -> None:
+    """A grow weighs the idle time of the devices it would add since the gang started (T0 +
+    20): the releases since then are read although nothing is queued, the older ones are
+    not."""
+    await _running_at_two(database_url, session_factory)
+    async with session_factory() as session, session.begin():
+        await ran(session, job("ml-train/before"), placement("node-2", 0), at=T0 - 600, until=T0)
+        await ran(session, job("ml-train/after"), placement("node-3", 0), at=T0, until=T0 + 100)
+    async with session_factory() as session:
+        loaded = await snapshot.load(session, WIDE, now=T0 + 200)
+    assert loaded.snapshot.pending == ()
+    assert dict(loaded.snapshot.free_since) == {
+        device_id("gpu.nvidia.com", "node-3", "gpu-0"): T0 + 100
+    }
 
 
 async def test_a_running_gang_below_its_maximum_is_growable_as_its_job_at_the_maximum(
@@ -244,10 +263,13 @@ async def test_a_gang_queued_again_while_growing_is_queued_without_its_grow(
 async def test_the_cycle_stores_the_cores_grow_in_its_transaction(
     database_url: str, session_factory: Sessions
 ) -> None:
-    """Two more nodes come: the cycle grows the gang without end onto them, and what it
-    decided is what the store holds."""
+    """Two more nodes come: once they have idled as long as re-forming destroys (16 devices x
+    the 600 s since the gang's checkpoint, and a 300-s restart on 32: 19,200 device-s, 1,200 s
+    after its start), the cycle grows the gang without end onto them, and what it decided is
+    what the store holds."""
     await _running_at_two(database_url, session_factory)
-    result = await _cycle(database_url, session_factory, WIDE, now=T0 + 30)
+    assert (await _cycle(database_url, session_factory, WIDE, now=T0 + 1219)).grows == ()
+    result = await _cycle(database_url, session_factory, WIDE, now=T0 + 1220)
     (grow,) = result.grows
     assert grow.job == KEY and [p.replica for p in grow.placement] == [2, 3]
     async with session_factory() as session:
@@ -256,7 +278,7 @@ async def test_the_cycle_stores_the_cores_grow_in_its_transaction(
     assert (detail.job.size, detail.job.grown_from, detail.job.borrowed) == (4, 2, grow.borrowed)
     assert detail.placement[2:] == grow.placement
     assert detail.history[-1].reason.startswith("growing from 2 to 4 replicas")
-    again = await _cycle(database_url, session_factory, WIDE, now=T0 + 40)
+    again = await _cycle(database_url, session_factory, WIDE, now=T0 + 1230)
     assert again.grows == (), "a growing gang is not grown again"
 
 
