@@ -344,9 +344,10 @@ def reclaim_patience(
     evict_in_s: float | None,
     free_in_s: float | None,
 ) -> PendingReason:
-    """A reclaim of nominal quota waits until its tenant has waited as much device-time as
-    evicting the borrowers costs (rule 6); `evict_in_s` is the earliest that can be (their
-    checkpoints lower the cost), None: their cost grows as fast as the wait."""
+    """A reclaim of nominal quota waits until its job has kept its tenant from its nominal
+    quota as much device-time as evicting the borrowers costs (rule 6); `evict_in_s` is the
+    earliest that can be (their checkpoints lower the cost), None: their cost grows as fast
+    as the wait."""
     pays = _pays_when(evict_in_s)
     free = (
         "no borrowed devices predicted to free"
@@ -356,7 +357,7 @@ def reclaim_patience(
     return PendingReason(
         ReasonCode.PREEMPTION,
         f"preemption: reclaim waits: evicting borrowers costs {_device_hours(cost_device_h)}, "
-        f"tenant {tenant} was kept {_device_hours(kept_device_h)} from its nominal quota; "
+        f"its wait kept tenant {tenant} {_device_hours(kept_device_h)} from its nominal quota; "
         f"evicting {pays} ({free})",
         WaitCause.RECLAIM_PATIENCE,
     )

@@ -65,7 +65,6 @@ class OwedDemand:
         self._jobs: dict[str, list[PendingJob]] = {}
         self._held_for_others: dict[tuple[str, Tenant], Held] = {}
         self._sorted: dict[str, tuple[list[placement.Shape], list[tuple[PendingJob, int]]]] = {}
-        self._longest_waiting: dict[str, dict[Tenant, list[PendingJob]]] = {}
 
     def expect(self, jobs: Iterable[PendingJob]) -> None:
         """Count the pending jobs their tenants may run and stay within nominal with (only such
@@ -112,37 +111,6 @@ class OwedDemand:
         """Devices of the class the tenant is owed right now (its waiting within-nominal
         demand, capped by its room below nominal)."""
         return self._owed.get(device_class, {}).get(tenant, 0)
-
-    def kept_device_s(self, job: PendingJob, *, now: float) -> tuple[float, int]:
-        """Device-seconds `job`'s tenant has been kept from its nominal quota in the job's
-        class, and the devices that grows by per second now: its waiting within-nominal jobs,
-        longest waiting first and up to the devices it is owed, each for as long as it has
-        waited (since it last entered the queue). A cycle sees no history, so this counts
-        only the jobs still waiting: the tenant's kept time that earlier admissions ended
-        is not counted twice. At least `job` itself counts, owed or not."""
-        owed = self.of(job.tenant, job.device_class)
-        kept, rate = 0.0, 0
-        for waiting in self._by_wait(job.tenant, job.device_class):
-            if rate >= owed:
-                break
-            if waiting.key in self._counted:
-                devices = min(waiting.device_count, owed - rate)
-                kept += devices * max(now - waiting.waiting_since, 0.0)
-                rate += devices
-        if rate == 0:
-            return job.device_count * max(now - job.waiting_since, 0.0), job.device_count
-        return kept, rate
-
-    def _by_wait(self, tenant: Tenant, device_class: str) -> list[PendingJob]:
-        """The tenant's counted jobs of the class, longest waiting first (sorted once)."""
-        by_tenant = self._longest_waiting.get(device_class)
-        if by_tenant is None:
-            by_tenant = self._longest_waiting[device_class] = {}
-            for job in sorted(
-                self._jobs.get(device_class, ()), key=lambda j: (j.waiting_since, j.uid)
-            ):
-                by_tenant.setdefault(job.tenant, []).append(job)
-        return by_tenant.get(tenant, [])
 
     def _owed_to(self, tenant: Tenant, device_class: str, *, freed: int = 0) -> int:
         """The tenant's demand (plus `freed` devices of its gangs that would queue again),

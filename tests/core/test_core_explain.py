@@ -131,9 +131,9 @@ from gangq.queue.core.explain import PendingReason, ReasonCode, WaitCause
                 free_in_s=420,
             ),
             ReasonCode.PREEMPTION,
-            "preemption: reclaim waits: evicting borrowers costs 8.5 device-h, tenant ml-train "
-            "was kept 2.0 device-h from its nominal quota; evicting pays in ~49m at the earliest "
-            "(borrowed devices free in ~7m by prediction)",
+            "preemption: reclaim waits: evicting borrowers costs 8.5 device-h, its wait kept "
+            "tenant ml-train 2.0 device-h from its nominal quota; evicting pays in ~49m at the "
+            "earliest (borrowed devices free in ~7m by prediction)",
             id="reclaim-patience",
         ),
         pytest.param(
@@ -145,8 +145,8 @@ from gangq.queue.core.explain import PendingReason, ReasonCode, WaitCause
                 free_in_s=None,
             ),
             ReasonCode.PREEMPTION,
-            "preemption: reclaim waits: evicting borrowers costs 573.0 device-h, tenant "
-            "ml-train was kept 2.0 device-h from its nominal quota; evicting never pays while "
+            "preemption: reclaim waits: evicting borrowers costs 573.0 device-h, its wait "
+            "kept tenant ml-train 2.0 device-h from its nominal quota; evicting never pays while "
             "their unsaved work grows as fast (no borrowed devices predicted to free)",
             id="reclaim-patience-never",
         ),
