@@ -141,7 +141,7 @@ class ControllerSettings(BaseSettings):
     """Driver -> attribute that names one device for good; claims are pinned to it by CEL."""
     tenants: tuple[TenantConfig, ...] = ()
     """Tenants written to the store when leadership is taken (the API may change them later)."""
-    preemption_cost_factor: float = Field(default=1.0, gt=0)
+    preemption_cost_factor: float = Field(default=model.DEFAULT_PREEMPTION_COST_FACTOR, gt=0)
     """An eviction pays when the victims' lost device-seconds are at most this times what
     waiting has cost the preemptor (rule 6, docs/sim.md)."""
     unsaved_borrow_s: float | None = Field(default=None, gt=0)

@@ -34,6 +34,9 @@ QUOTAS = (
     builders.quota("team-b", 32, borrowing_limit=64),
 )
 RANKS = {"small": 100, "training": 200, "prod-inference": 300}
+BREAK_EVEN = Policy(preemption_cost_factor=1.0)
+"""The arithmetic of these tests is the ski-rental rule at its break-even, an eviction that
+pays once waiting has cost what it destroys; the default factor is tested on its own."""
 
 
 def _cycle(
@@ -42,6 +45,7 @@ def _cycle(
     quotas: tuple[TenantQuota, ...] = QUOTAS,
     nodes: int = 1,
     free_since: Mapping[DeviceId, float] | None = None,
+    policy: Policy = BREAK_EVEN,
 ) -> CycleResult:
     snapshot = Snapshot(
         inventory=builders.cluster(nodes),
@@ -50,7 +54,7 @@ def _cycle(
         pending=pending,
         free_since=free_since or {},
     )
-    return cycle.run_cycle(snapshot=snapshot, policy=Policy(), now=NOW, matcher=DeviceMatcher())
+    return cycle.run_cycle(snapshot=snapshot, policy=policy, now=NOW, matcher=DeviceMatcher())
 
 
 def _victims(result: CycleResult) -> list[str]:
@@ -322,13 +326,15 @@ def _saved_borrower(*, checkpoint_ago_s: float = 600.0) -> RunningJob:
     )
 
 
-def _reclaim(*waited_s: float, borrower: RunningJob | None = None) -> CycleResult:
+def _reclaim(
+    *waited_s: float, borrower: RunningJob | None = None, policy: Policy = BREAK_EVEN
+) -> CycleResult:
     jobs = [
         builders.job(f"x{i}", tier="small", submitted_at=NOW - waited)
         for i, waited in enumerate(waited_s)
     ]
     gang = borrower if borrower is not None else _saved_borrower()
-    return _cycle(*jobs, running=(gang,), quotas=RECLAIM_QUOTAS)
+    return _cycle(*jobs, running=(gang,), quotas=RECLAIM_QUOTAS, policy=policy)
 
 
 def test_a_reclaim_waits_until_its_tenant_was_kept_as_long_as_evicting_costs() -> None:
@@ -354,6 +360,20 @@ def test_a_reclaim_evicts_once_the_wait_has_cost_what_evicting_costs() -> None:
     decides: 1 device x 7200 s = 2.0 device-h, the eviction's cost."""
     assert _victims(_reclaim(7199.0)) == []
     assert _victims(_reclaim(7200.0)) == ["team-b/borrower"]
+
+
+def test_by_default_an_eviction_waits_until_waiting_has_cost_four_times_what_it_destroys() -> None:
+    """`Policy.preemption_cost_factor` 0.25: the 2.0 device-h eviction of the reclaim above
+    pays after 4 x 7200 s, and a preemption by tier likewise once its idle place has cost four
+    times the eviction (6 idle devices x 1600 s = 4 x 0.7 device-h)."""
+    assert Policy().preemption_cost_factor == 0.25
+    assert _victims(_reclaim(4 * 7200.0 - 1.0, policy=Policy())) == []
+    assert _victims(_reclaim(4 * 7200.0, policy=Policy())) == ["team-b/borrower"]
+    cheap = _running("cheap", "node-0", range(2), ran_s=900.0, predicted_left_s=4 * 3600.0)
+    for waited, evicts in ((1599.0, False), (1600.0, True)):
+        job = builders.job("x", per_replica=8, submitted_at=NOW - waited)
+        result = _cycle(job, running=(cheap,), policy=Policy())
+        assert bool(_victims(result)) is evicts
 
 
 def test_a_reclaim_spends_only_its_own_jobs_wait() -> None:

@@ -202,9 +202,10 @@ def test_a_job_still_in_its_delay_does_not_stop_an_older_one_from_preempting() -
         ),
         checkpoint_interval_s=60.0,
     )
-    # the eviction costs 8 x (60 s of work + 300 s of restart); the two jobs waited more
+    # the eviction costs 8 x (60 s of work + 300 s of restart); the old job waited more than
+    # four times that (Policy.preemption_cost_factor)
     young = builders.job("young", tier="small", priority=5, submitted_at=NOW - 10)
-    old = builders.job("old", tier="small", submitted_at=NOW - 5000)
+    old = builders.job("old", tier="small", submitted_at=NOW - 12_000)
     snapshot = Snapshot(
         inventory=builders.cluster(1), quotas=quotas, running=(borrower,), pending=(young, old)
     )

@@ -157,29 +157,32 @@ def _reclaimed(*, restart_s: float) -> Outcome:
 
 def test_gangq_reclaims_for_a_small_job_once_its_preemption_delay_is_over() -> None:
     """The small tier waits 300 s before it evicts anyone, so the simulator must wake at 400
-    with nothing else happening: then ci/s has waited 300 device-s, the borrower's eviction
-    costs 8 x 10 s since its checkpoint at 390, it is evicted and ci/s starts after the 30 s
-    grace period."""
+    with nothing else happening: then ci/s has waited 300 device-s, and a quarter of that
+    (`Policy.preemption_cost_factor`) is less than the 80 device-s the borrower's eviction
+    costs (8 x 10 s since its checkpoint at 390). The cycle asks to run again at the next
+    checkpoint, 420, when the eviction costs nothing: it is evicted and ci/s starts after
+    the 30 s grace period."""
     outcome = _reclaimed(restart_s=0)
     assert outcome.records["research/t"].evictions == 1
-    assert outcome.records["ci/s"].first_started_at == 430
+    assert outcome.records["ci/s"].first_started_at == 450
     waited = outcome.records["ci/s"].waited_by_cause
     assert waited["evicting"] == 30
-    assert sum(waited.values()) == outcome.records["ci/s"].waited_s == 330
+    assert sum(waited.values()) == outcome.records["ci/s"].waited_s == 350
     by_cause = report.summarize(outcome)["wait_by_cause_h"]["small"]
     assert by_cause == {cause: seconds / 3600 for cause, seconds in waited.items()}
 
 
 def test_gangq_wakes_when_a_waiting_reclaim_starts_to_pay_and_counts_the_restart() -> None:
-    """The eviction costs 8 x 100 s of restart and 8 x up to 30 s of work: ci/s, waiting
-    since 100, has paid 800 device-s by 900, when research has just saved a checkpoint. With
-    no event in between, the simulator wakes when the cycle says the reclaim may first pay;
-    the restart research spends before the horizon counts as lost."""
-    outcome = _reclaimed(restart_s=100)
+    """The eviction costs 8 x 25 s of restart and 8 x up to 30 s of work: ci/s, waiting
+    since 100, has paid 800 device-s by 900, four times the 200 the eviction costs when
+    research has just saved a checkpoint. With no event in between, the simulator wakes when
+    the cycle says the reclaim may first pay; the restart research spends before the horizon
+    counts as lost."""
+    outcome = _reclaimed(restart_s=25)
     assert outcome.records["ci/s"].first_started_at == 930
     restarted = outcome.records["research/t"]
     assert (restarted.evictions, restarted.started_at) == (1, 990)
-    assert report.summarize(outcome)["device_hours_lost"] == pytest.approx(8 * 100 / 3600)
+    assert report.summarize(outcome)["device_hours_lost"] == pytest.approx(8 * 25 / 3600)
 
 
 def test_a_job_is_stopped_at_its_max_runtime() -> None:

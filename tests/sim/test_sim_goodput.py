@@ -70,11 +70,12 @@ def test_lost_work_is_split_by_why_its_victims_went() -> None:
 
 def test_lost_work_of_a_reclaim_is_named_by_the_reclaimer_tier() -> None:
     """Tenant b borrows the whole node from tenant a (nominal 4 each), and a's job reclaims
-    its nominal half once its wait has cost what evicting b costs (ski rental: at b's
-    checkpoint at 1,200 s, when a has been kept 4 x 1,180 device-s from its quota)."""
+    its nominal half once a quarter of its wait (`Policy.preemption_cost_factor`) has cost
+    what evicting b costs (ski rental: at b's checkpoint at 3,000 s, when a has been kept
+    4 x 2,980 device-s from its quota, a quarter of which covers b's 8 x 300-s restart)."""
     replayed = trace.from_document(
         {
-            "horizon": 4000,
+            "horizon": 8000,
             "cluster": {"nodes": 1, "racks": 1},
             "tenants": [
                 {"name": "a", "nominal": 4, "borrowingLimit": 4},
@@ -86,7 +87,7 @@ def test_lost_work_of_a_reclaim_is_named_by_the_reclaimer_tier() -> None:
                     0,
                     "training",
                     devicesPerReplica=8,
-                    runtime=3000,
+                    runtime=6000,
                     checkpointInterval=600,
                 ),
                 _job("a/mine", 20, "training", devicesPerReplica=4, runtime=100),
