@@ -244,10 +244,24 @@ class PendingJob:
     """`spec.elastic.minReplicas` (rule 13), 1 to `replicas`: the job may start as a gang of
     any size from this to `replicas`, its maximum (module `elastic`); None: only at
     `replicas`."""
+    preempted_at: float | None = None
+    """When the job, queued, last evicted or shrank gangs to make room for itself; None:
+    never since it last entered the queue."""
 
     @property
     def device_count(self) -> int:
         return self.replicas * self.devices_per_replica
+
+    @property
+    def paying_since(self) -> float:
+        """Since when its wait pays for an eviction (rule 6, ski rental): its last entry into
+        the queue, or its last eviction if later. A wait pays for one eviction only: a job
+        whose victim's node frees before the rest of its place, and is taken back in the
+        meantime, would otherwise evict the same gang again on the same wait, cycle after
+        cycle (on an acme week one 2 x 8 reclaim evicted one borrower 60 times in 4 h)."""
+        if self.preempted_at is None:
+            return self.waiting_since
+        return max(self.waiting_since, self.preempted_at)
 
     @property
     def is_elastic(self) -> bool:

@@ -299,14 +299,15 @@ def weigh(
     - A reclaim of nominal quota (some victim goes only because the job's tenant is under
       nominal): waiting costs the device-time the tenant has been kept from its nominal
       quota, of which a reclaim spends its own job's share: its devices x the time since it
-      last entered the queue. A cycle sees no history: a budget of the tenant's whole kept
-      time would be spent again by the reclaim of each of its other waiting jobs, cycle
-      after cycle (on a week shaped like PAI, one borrower was evicted six times by the
-      same tenant's reclaims), while each job's wait pays for one eviction only, the one
-      that admits it.
+      last entered the queue or last evicted (`PendingJob.paying_since`). A cycle sees no
+      history: a budget of the tenant's whole kept time would be spent again by the reclaim
+      of each of its other waiting jobs, cycle after cycle (on a week shaped like PAI, one
+      borrower was evicted six times by the same tenant's reclaims), while each job's wait
+      pays for one eviction only.
     - A preemption by tier: waiting costs the free devices of the job's place (`choice`),
       which stand idle while it waits for the rest, each since it came free or the job
-      queued, whichever is later (`Snapshot.free_since`): a device freed a minute ago has
+      queued or last evicted, whichever is later (`Snapshot.free_since`,
+      `PendingJob.paying_since`): a device freed a minute ago has
       idled a minute, however long the job has waited. Where its place is all taken,
       nothing idles: it waits for those gangs to end. Once that pays, it still waits when
       the devices are predicted to free before the idle ones would have cost as much
@@ -325,7 +326,7 @@ def weigh(
         return None if start is None else start - now
 
     if any(preemption.is_reclaim(v, rights=rights, tiers=state.tiers, now=now) for v in victims):
-        kept, rate = job.device_count * max(now - job.waiting_since, 0.0), job.device_count
+        kept, rate = job.device_count * max(now - job.paying_since, 0.0), job.device_count
         pays, evict_in = _rent(victims, cost=cost, kept=kept, rate=rate, state=state)
         if pays:
             return None

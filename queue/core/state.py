@@ -163,8 +163,8 @@ class CycleState:
     def idled(self, job: PendingJob, choice: placement.Choice) -> tuple[int, float]:
         """The free devices of the job's place, and the device-seconds they have idled while
         it waited: each since the later of its release (`Snapshot.free_since`) and the job's
-        queueing."""
-        queued, free_since = job.waiting_since, self.snapshot.free_since
+        queueing or last eviction (`PendingJob.paying_since`)."""
+        queued, free_since = job.paying_since, self.snapshot.free_since
         idle, idled = 0, 0.0
         for _, devices in choice:
             for device in devices:

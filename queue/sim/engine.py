@@ -401,6 +401,8 @@ class Simulation:
         already shrinking is not chosen again until its shrink is done, as the store leaves
         it (the core may choose the part it keeps)."""
         for preemption in result.preemptions:
+            if preemption.victims:
+                self.records[preemption.job].preempted_at = now
             tier = self.records[preemption.job].job.tier
             for victim in preemption.victims:
                 record = self.records.get(victim.job)
@@ -557,6 +559,7 @@ class Simulation:
                 selectors=(*job.selectors, *self._profile(job)),
                 predicted_runtime_s=self._predicted_left(job),
                 queued_at=self.records[job.key].pending_since,
+                preempted_at=self.records[job.key].preempted_at,
             )
             for job in sorted(
                 (r.job for r in self.waiting.values()), key=lambda j: (j.arrival_s, j.key)

@@ -35,6 +35,8 @@ class JobRecord:
     attempt: int = 0
     """Bumped on eviction or teardown so timers of an earlier attempt are ignored."""
     pending_since: float | None = None
+    preempted_at: float | None = None
+    """When the job, queued, last evicted or shrank gangs for itself (`PendingJob.preempted_at`)."""
     waited_s: float = 0.0
     first_started_at: float | None = None
     finished_at: float | None = None

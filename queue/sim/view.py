@@ -63,6 +63,7 @@ def pending(
     selectors: tuple[str, ...],
     predicted_runtime_s: float | None,
     queued_at: float | None,
+    preempted_at: float | None = None,
 ) -> PendingJob:
     """The job as a gang of `replicas` waiting for devices (or for more of them, to grow)."""
     return PendingJob(
@@ -81,6 +82,7 @@ def pending(
         max_runtime_s=job.max_runtime_s,
         predicted_runtime_s=predicted_runtime_s,
         queued_at=queued_at,
+        preempted_at=preempted_at,
         checkpoint_interval_s=job.checkpoint_interval_s,
         restart_s=job.restart_s,
         min_replicas=job.min_replicas,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 import asyncpg  # type: ignore[import-untyped]
@@ -50,6 +50,9 @@ MARK_EVICTING = text(
          AS u(id, lost, preemptor, evict_by, shrink_to)
     WHERE jobs.id = u.id AND NOT jobs.evicting
     """
+)
+MARK_PREEMPTED = text(
+    "UPDATE jobs SET preempted_at = :at WHERE id = ANY(CAST(:ids AS bigint[])) AND phase = 'Queued'"
 )
 SET_PENDING = text(
     """
@@ -197,6 +200,7 @@ async def write_preemptions(
     preemptions: Sequence[model.Preemption],
     *,
     holding: dict[model.JobKey, snapshot.JobColumns],
+    queued: Mapping[model.JobKey, snapshot.JobColumns],
     now: float,
     actor: str,
 ) -> None:
@@ -219,6 +223,9 @@ async def write_preemptions(
     if not fresh:
         return
     at = timestamps.to_datetime(now)
+    # the preemptor's wait has paid for these evictions (PendingJob.paying_since)
+    preemptors = sorted({queued[p].id for p, _ in fresh if p in queued})
+    await session.execute(MARK_PREEMPTED, {"at": at, "ids": preemptors})
     specs = snapshot.SpecMemo()
     graces = [specs.parse(holding[victim.job].spec).checkpoint_grace_s for _, victim in fresh]
     await session.execute(
@@ -388,7 +395,12 @@ async def cycle_in_transaction(
         actor=actor,
     )
     await write_preemptions(
-        session, result.preemptions, holding=loaded.holding, now=now, actor=actor
+        session,
+        result.preemptions,
+        holding=loaded.holding,
+        queued=loaded.pending,
+        now=now,
+        actor=actor,
     )
     await _write_pending(session, result, loaded=loaded, now=now, actor=actor)
     # An idle cycle (nothing admitted, preempted or grown) runs every few seconds: DEBUG.

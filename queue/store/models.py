@@ -162,6 +162,9 @@ class JobRow(Base):
     """Work its evictions destroyed so far: it counts against evicting it again (rule 6)."""
     queued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     """When it last entered the queue again (a requeue); NULL: at `submitted_at`."""
+    preempted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """When it last evicted or shrank gangs for itself: its wait pays for one eviction only
+    (`PendingJob.preempted_at`, rule 6)."""
     min_replicas: Mapped[int | None] = mapped_column(Integer)
     """`spec.elastic.minReplicas` (rule 13): the least the job runs at, `replicas` the
     most; NULL: not elastic."""

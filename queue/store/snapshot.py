@@ -41,6 +41,7 @@ _JOB_COLUMNS = (
     JobRow.checkpoint_interval_s,
     JobRow.queued_at,
     JobRow.min_replicas,
+    JobRow.preempted_at,
 )
 """What a queued job's core view is made of (with its predicted runtime)."""
 _RUN_COLUMNS = (
@@ -142,6 +143,7 @@ def pending_job(
         checkpoint_grace_s=stored.checkpoint_grace_s,
         queued_at=timestamps.optional_unix(row.queued_at),
         min_replicas=row.min_replicas,
+        preempted_at=timestamps.optional_unix(row.preempted_at),
     )
 
 

@@ -81,6 +81,7 @@ async def _shrink(engine: AsyncEngine, name: str = "elastic", *, keep: int = 2) 
             session,
             [model.Preemption(model.JobKey(PREEMPTOR), (victim,))],
             holding=loaded.holding,
+            queued=loaded.pending,
             now=now,
             actor="test",
         )

@@ -376,6 +376,24 @@ def test_by_default_an_eviction_waits_until_waiting_has_cost_four_times_what_it_
         assert bool(_victims(result)) is evicts
 
 
+def test_a_preemptors_wait_pays_for_one_eviction_only() -> None:
+    """The 2 h wait that paid for evicting the borrower does not pay again: the job that
+    evicted a minute ago (its victim's node freed and was taken back meanwhile) weighs the
+    next eviction against the minute since. The same for the idle time of a preemption by
+    tier."""
+    job = builders.job("x0", tier="small", submitted_at=NOW - 7200.0)
+    again = dataclasses.replace(job, preempted_at=NOW - 60.0)
+    assert _victims(_cycle(job, running=(_saved_borrower(),), quotas=RECLAIM_QUOTAS)) == [
+        "team-b/borrower"
+    ]
+    assert _victims(_cycle(again, running=(_saved_borrower(),), quotas=RECLAIM_QUOTAS)) == []
+    cheap = _running("cheap", "node-0", range(2), ran_s=900.0, predicted_left_s=4 * 3600.0)
+    waited = builders.job("x", per_replica=8, submitted_at=NOW - 2 * 3600.0)
+    assert _victims(_cycle(waited, running=(cheap,))) == ["team-b/cheap"]
+    repeated = dataclasses.replace(waited, preempted_at=NOW - 60.0)
+    assert _victims(_cycle(repeated, running=(cheap,))) == []
+
+
 def test_a_reclaim_spends_only_its_own_jobs_wait() -> None:
     """Four 1-device jobs that each waited 1800 s: the tenant was kept 2.0 device-h from its
     nominal quota, as much as evicting costs, but each job's 0.5 device-h pays only for the

@@ -412,6 +412,13 @@ async def test_preemption_marks_whole_victim_gangs_once(
     assert [(e.reason, e.details["for"]) for e in preempted] == [(victim.reason, "serving/llm")]
     assert serving.job.phase == "Queued"
     assert all(v.job == victim.job for p in second.preemptions for v in p.victims)
+    # its wait has paid for the eviction of the first cycle (the second found its victim
+    # already evicting): the next one it weighs counts from there
+    async with session_factory() as session:
+        loaded = await snapshot.load(session, inventory(2), now=T0 + 30)
+    (preemptor,) = [j for j in loaded.snapshot.pending if j.key == "serving/llm"]
+    assert preemptor.preempted_at == T0 + 10
+    assert preemptor.paying_since == T0 + 10
 
 
 async def test_a_victim_brings_its_eviction_history_and_restart_into_its_next_views(

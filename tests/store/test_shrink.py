@@ -71,6 +71,7 @@ async def _preempt(sessions: Sessions, *, keep: int, lost_device_s: float = 0.0)
             session,
             [model.Preemption(SERVING, (victim,))],
             holding=loaded.holding,
+            queued=loaded.pending,
             now=T0,
             actor="test",
         )
