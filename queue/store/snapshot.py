@@ -320,11 +320,12 @@ def _idle_from(
     growable: Sequence[model.PendingJob],
     running: Sequence[model.RunningJob],
 ) -> float | None:
-    """The earliest instant a cycle counts idle devices from: a queued job's wait, or the
-    start of a growable gang at its size (a grow weighs the idle time of the devices it would
-    add since then); None when no one weighs idle time."""
+    """The earliest instant a cycle counts idle devices from: a queued job's wait since it
+    queued or last evicted (`PendingJob.paying_since`), or the start of a growable gang at
+    its size (a grow weighs the idle time of the devices it would add since then); None when
+    no one weighs idle time."""
     grows = {job.key for job in growable}
-    instants = [job.waiting_since for job in pending]
+    instants = [job.paying_since for job in pending]
     instants += [gang.started_at for gang in running if gang.key in grows]
     return min(instants, default=None)
 
