@@ -183,16 +183,21 @@ def _fence(job: PendingJob, *, may_reclaim: bool, state: CycleState) -> Tenant |
     return job.tenant
 
 
-def _free_place(job: PendingJob, *, state: CycleState) -> placement.Choice | None:
-    """Where the job would go now without evicting anyone: its tenant may take it (rule 3),
-    a borrower leaves what others are owed, and the placement leaves alone the backfill
-    holds it must respect; None when it would not be admitted now."""
+def _free_place(
+    job: PendingJob, *, state: CycleState, within: placement.NodeSubset | None = None
+) -> placement.Choice | None:
+    """Where the job would go now without evicting anyone (on the nodes `within` only, when
+    given): its tenant may take it (rule 3), a borrower leaves what others are owed, and the
+    placement leaves alone the backfill holds it must respect; None when it would not be
+    admitted now."""
     if state.book.refusal(job) is not None:
         return None
     fence = _fence(job, may_reclaim=_may_reclaim(job, state=state), state=state)
     if fence is not None and not borrowing.leaves_owed(job, state=state):
         return None
-    outcome = _place(placement.Shape.of(job), _holds_for(job, state=state), fence, state=state)
+    outcome = _place(
+        placement.Shape.of(job), _holds_for(job, state=state), fence, state=state, within=within
+    )
     if not isinstance(outcome, list) or _serving_refusal(job, outcome, state=state) is not None:
         return None
     return outcome
@@ -223,8 +228,8 @@ def _grow(growable: tuple[PendingJob, ...], *, ranks: dict[str, int], state: Cyc
     same checks as an admission without eviction (`_free_place`: quota, what other tenants
     are owed, backfill holds), all added replicas placed at once. A gang takes the most
     replicas that fit, when that grow pays (`_grow_pays`: the re-forming costs the work since
-    its checkpoint and a restart). A Required topology is not grown: the added replicas
-    would have to share the running ones' domain, which placement does not search."""
+    its checkpoint and a restart). Added replicas go on nodes that hold none of the gang's
+    (`_grow_nodes`), as an admission puts each replica on its own node."""
     if not growable:
         return
     gangs = {gang.key: gang for gang in state.snapshot.running}
@@ -238,14 +243,16 @@ def _grow(growable: tuple[PendingJob, ...], *, ranks: dict[str, int], state: Cyc
             or job.key in moving
             or job.key in state.claimed
             or gang.size >= job.replicas
-            or job.topology.mode is TopologyMode.REQUIRED
         ):
+            continue
+        within = _grow_nodes(job, gang, state=state)
+        if within is None:
             continue
         end = backfill.end_of(gang, tiers=state.tiers, now=state.now)
         rest = max(end - state.now, 0.0)
         for add in range(job.replicas - gang.size, 0, -1):
             part = elastic.addition(job, gang, add, rest_s=rest, now=state.now)
-            choice = _free_place(part, state=state)
+            choice = _free_place(part, state=state, within=within)
             if choice is None:
                 continue
             if _grow_pays(gang, part, choice, rest_s=rest, state=state):
@@ -256,6 +263,24 @@ def _grow(growable: tuple[PendingJob, ...], *, ranks: dict[str, int], state: Cyc
                 )
                 state.grows.append(Grow(job=job.key, placement=added, borrowed=borrowed))
             break
+
+
+def _grow_nodes(
+    job: PendingJob, gang: RunningJob, *, state: CycleState
+) -> placement.NodeSubset | None:
+    """The nodes a grow of `gang` may add replicas on: none of its own, and under a Required
+    topology only those of the one domain its replicas run in (rule 7 holds for the grown
+    gang as for the admitted one); None when its nodes carry no single domain."""
+    own = frozenset(replica.node for replica in gang.placement)
+    if job.topology.mode is not TopologyMode.REQUIRED:
+        return placement.NodeSubset(own)
+    key = job.topology.key
+    known = state.snapshot.inventory.nodes
+    domains = {known[node].labels.get(key) if node in known else None for node in own}
+    domain = domains.pop() if len(domains) == 1 else None
+    if domain is None:
+        return None
+    return placement.NodeSubset(own, state.domain_members(key).get(domain, frozenset()))
 
 
 def _grow_pays(
@@ -405,15 +430,22 @@ def _takes_owed(job: PendingJob, shape: placement.Shape, mask: Mask, *, state: C
 
 
 def _place(
-    shape: placement.Shape, mask: Mask, fence: Tenant | None, *, state: CycleState
+    shape: placement.Shape,
+    mask: Mask,
+    fence: Tenant | None,
+    *,
+    state: CycleState,
+    within: placement.NodeSubset | None = None,
 ) -> Outcome:
     """Placement with a memo of failures: capacity only shrinks during a cycle."""
-    memo_key = (shape, mask, fence)
+    memo_key = (shape, mask, fence, within)
     known = state.placements.get(memo_key)
     if known is not None:
         return known
     excluded, held_room = _fenced(mask, fence, device_class=shape.selector[0], state=state)
-    outcome = placement.place(shape, state.pool, excluded=excluded, held_room=held_room)
+    outcome = placement.place(
+        shape, state.pool, excluded=excluded, held_room=held_room, within=within
+    )
     if isinstance(outcome, placement.Shortfall):
         state.placements[memo_key] = outcome
     return outcome

@@ -64,6 +64,19 @@ class Shortfall:
 Choice = list[tuple[NodeName, tuple[Device, ...]]]
 
 
+@dataclass(frozen=True, slots=True)
+class NodeSubset:
+    """The nodes of `domain` (every node when None) but those in `besides`: where a grow may
+    add replicas. Kept as the two sets rather than their difference, which would cost a copy
+    of a big cluster's node names per gang and cycle."""
+
+    besides: frozenset[NodeName]
+    domain: frozenset[NodeName] | None = None
+
+    def __contains__(self, node: object) -> bool:
+        return node not in self.besides and (self.domain is None or node in self.domain)
+
+
 def pick_devices(
     devices: Sequence[Device],
     count: int,
@@ -183,15 +196,18 @@ def place(
     *,
     excluded: frozenset[DeviceId] = frozenset(),
     held_room: Mapping[NodeName, tuple[int, int, int]] | None = None,
+    within: NodeSubset | None = None,
 ) -> Choice | Shortfall:
     """Place on the pool's free devices, leaving `excluded` devices and `held_room` (kept for
-    backfill reservations) alone."""
+    backfill reservations) alone, on the nodes `within` only when given."""
     view = pool.view(shape.selector)
     pod = shape.pod
     if excluded and pool.partitioned:
         excluded = pool.siblings(excluded)
     nodes = (
-        n for n in view.nodes_with_at_least(shape.devices_per_replica) if pool.is_accepted(n, pod)
+        n
+        for n in view.nodes_with_at_least(shape.devices_per_replica)
+        if (within is None or n in within) and pool.is_accepted(n, pod)
     )
 
     def devices_of(node: NodeName) -> Sequence[Device]:

@@ -63,9 +63,10 @@ class CycleState:
     """Gangs whose devices a preemptor of this cycle counts on (victims or evicting)."""
     touched_nodes: set[NodeName] = field(default_factory=set)
     """Nodes where this cycle admitted a job or holds devices for a preemptor."""
-    placements: dict[tuple[placement.Shape, Mask, Tenant | None], placement.Shortfall] = field(
-        default_factory=dict
-    )
+    placements: dict[
+        tuple[placement.Shape, Mask, Tenant | None, placement.NodeSubset | None],
+        placement.Shortfall,
+    ] = field(default_factory=dict)
     fenced: dict[tuple[Mask, Tenant, str], tuple[frozenset[DeviceId], dict[NodeName, Room]]] = (
         field(default_factory=dict)
     )

@@ -51,11 +51,12 @@ def _gang(
     borrowed: int = 0,
     min_replicas: int = 2,
     tier: str = "training",
+    per_replica: int = 8,
 ) -> RunningJob:
     """The elastic job running on node-0.. at `nodes` replicas, predicted to end in `rest_s`."""
     gang = builders.gang(
         "elastic",
-        [(f"node-{i}", range(8)) for i in range(nodes)],
+        [(f"node-{i}", range(per_replica)) for i in range(nodes)],
         tenant="team-a",
         tier=tier,
         started_at=NOW - ran_s,
@@ -86,12 +87,13 @@ def _cycle(
     running: tuple[RunningJob, ...],
     growable: tuple[PendingJob, ...] = (),
     nodes: int = 4,
+    racks: int = 1,
     quotas: tuple[TenantQuota, ...] = QUOTAS,
     policy: Policy = POLICY,
     free_since: dict[DeviceId, float] | None = None,
 ) -> CycleResult:
     snapshot = Snapshot(
-        inventory=builders.cluster(nodes),
+        inventory=builders.cluster(nodes, racks=racks),
         quotas=quotas,
         running=running,
         pending=pending,
@@ -244,9 +246,24 @@ def test_a_shrinking_gang_does_not_grow() -> None:
         assert _cycle(running=running, growable=(_job(),)).grows == ()
 
 
-def test_a_required_topology_is_not_grown_across_domains() -> None:
+def test_added_replicas_go_on_nodes_that_hold_none_of_the_gangs_replicas() -> None:
+    """Best fit alone would put the 2 added 4-device replicas beside the running ones on
+    node-0 and node-1, the fullest nodes."""
+    job = _job(per_replica=4)
+    gang = _gang(per_replica=4)
+    (grow,) = _cycle(running=(gang,), growable=(job,)).grows
+    assert sorted(r.node for r in grow.placement) == ["node-2", "node-3"]
+    assert _cycle(running=(gang,), growable=(job,), nodes=2).grows == ()
+
+
+def test_a_required_topology_grows_only_in_the_domain_its_replicas_run_in() -> None:
+    """rack-0 holds node-0..2 and rack-1 node-3..5: the gang on node-0 and node-1 grows by
+    the one replica rack-0 has room for, though rack-1 could hold both."""
     job = _job(topology=TopologyMode.REQUIRED)
-    assert _cycle(running=(_gang(),), growable=(job,)).grows == ()
+    (grow,) = _cycle(running=(_gang(),), growable=(job,), nodes=6, racks=2).grows
+    assert grow.size == 3
+    assert [r.node for r in grow.placement] == ["node-2"]
+    assert _cycle(running=(_gang(),), growable=(job,), nodes=4, racks=2).grows == ()
 
 
 # --- shrink -------------------------------------------------------------------------------
