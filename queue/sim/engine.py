@@ -401,8 +401,6 @@ class Simulation:
         already shrinking is not chosen again until its shrink is done, as the store leaves
         it (the core may choose the part it keeps)."""
         for preemption in result.preemptions:
-            if preemption.victims:
-                self.records[preemption.job].preempted_at = now
             tier = self.records[preemption.job].job.tier
             for victim in preemption.victims:
                 record = self.records.get(victim.job)
@@ -410,6 +408,8 @@ class Simulation:
                     raise SimulationError(f"{victim.job}: chosen as a victim but not running")
                 if record.shrinking_to is not None:
                     continue
+                # as the store: the wait paid only for victims this preemption moves
+                self.records[preemption.job].preempted_at = now
                 cause = f"reclaim by {tier}" if victim.reclaim else f"{tier} > {record.job.tier}"
                 if victim.keep is not None:
                     self._shrink(record, victim, cause=f"{cause} (shrink)", now=now)

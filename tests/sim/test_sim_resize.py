@@ -213,9 +213,19 @@ def test_a_shrinking_gang_is_not_chosen_again_until_its_shrink_is_done() -> None
     the engine leaves the gang to its shrink, done at 481. The core then evicts the 2 replicas
     it kept for that prod gang; gone at 511, still in their restart (16 x 30 s, lost to the
     shrink), they wait for the first prod gang's end at 751 and run the 800 s of work left
-    at 2 after a 50 s restart (16 x 50 s, lost to the eviction)."""
+    at 2 after a 50 s restart (16 x 50 s, lost to the eviction). Only that eviction marks
+    the prod gang as having preempted (`PendingJob.preempted_at`): its choice at 460 moved
+    nothing."""
     second = _job("prod/serve-2", 460, tier="prod-inference", replicas=2, runtime=270)
-    outcome = _run([_elastic(), PROD, second], Resizing(keep=2, evict_at=460))
+    resizing = Resizing(keep=2, evict_at=460)
+    outcome = _run([_elastic(), PROD, second], resizing)
+    marked = {
+        now: job.preempted_at
+        for now, snapshot in resizing.seen
+        for job in snapshot.pending
+        if job.key == second["name"]
+    }
+    assert marked == {460: None, 481: None, 511: 481}
     record = outcome.records[ELASTIC]
     assert (record.shrinks, record.evictions) == (1, 1)
     assert record.finished_at == 751 + 50 + 800 * 2
