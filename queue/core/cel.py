@@ -4,11 +4,14 @@ Owns compilation, the DRA variable layout (`device.driver`, `device.attributes["
 `device.capacity["domain"].name`) and the quantity/semver functions selectors use. Evaluation
 costs tens of microseconds per device, so `DeviceMatcher` remembers each (expression, device)
 result and recomputes only when the device itself changed (a new ResourceSlice) or the
-expression is new (a new DeviceClass or job). It must not decide anything about placement.
+expression is new (a new DeviceClass or job). Devices alike in what an expression reads share
+one evaluation (`Reads`): a fleet's thousands of GPUs differ in their uuid and index, which
+selectors seldom read. It must not decide anything about placement.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,6 +86,65 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "asApproximateFloat": lambda a: a / 1000,
 }
 
+_FIELD = re.compile(
+    r"""\bdevice\s*\.\s*(?:
+        (?P<table>attributes|capacity)\s*\[\s*(?:"(?P<dq>[^"\\]*)"|'(?P<sq>[^'\\]*)')\s*\]
+        \s*\.\s*(?P<name>[A-Za-z_][A-Za-z0-9_]*)\b(?!\s*\()
+      | (?P<plain>driver|allowMultipleAllocations)\b(?!\s*\())""",
+    re.VERBOSE,
+)
+"""`device.attributes["domain"].name`, `device.capacity['domain'].name`, `device.driver`."""
+_DEVICE = re.compile(r"\bdevice\b")
+_ABSENT_DOMAIN = ("absent", "domain")
+_ABSENT_NAME = ("absent", "name")
+
+Field = tuple[str, str, str]
+"""(`attributes`, `capacity` or the plain field, domain, name): what an expression reads."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reads:
+    """The device fields an expression reads, all by literal names: its result is a function
+    of their values (and of whether each domain and name is there), so devices alike in them
+    share it."""
+
+    fields: tuple[Field, ...]
+
+    @classmethod
+    def of(cls, expression: str) -> Reads | None:
+        """None when the expression reads the device any other way (a whole domain map, an
+        index by a computed name, a macro over attributes): then each device is evaluated."""
+        found = {
+            (
+                match["table"] or match["plain"],
+                match["dq"] if match["dq"] is not None else match["sq"] or "",
+                match["name"] or "",
+            )
+            for match in _FIELD.finditer(expression)
+        }
+        if _DEVICE.search(_FIELD.sub(" ", expression)):
+            return None
+        return cls(tuple(sorted(found)))
+
+    def values(self, device: Device) -> tuple[object, ...]:
+        """What the expression sees of the device."""
+        seen: list[object] = []
+        for table, domain, name in self.fields:
+            if table == "driver":
+                seen.append(device.driver)
+                continue
+            if table == "allowMultipleAllocations":
+                continue
+            named: Mapping[str, object] = (
+                device.attributes if table == "attributes" else device.capacity
+            )
+            value = named.get(f"{domain}/{name}", _ABSENT_NAME)
+            if value is _ABSENT_NAME and not any(key.rpartition("/")[0] == domain for key in named):
+                value = _ABSENT_DOMAIN
+            seen.append(value)
+        return tuple(seen)
+
+
 _Accepted = tuple[Mapping[DeviceId, Device], tuple[Device, ...], frozenset[DeviceId]]
 """The devices mapping a selector tuple was asked of, the devices it accepted and their ids."""
 
@@ -101,6 +163,12 @@ class DeviceMatcher:
     """Memoizing evaluator shared by every cycle of one process (results are deterministic)."""
 
     _programs: dict[str, cel.Program] = field(default_factory=dict)
+    _reads: dict[tuple[str, ...], Reads | None] = field(default_factory=dict)
+    _shared: dict[tuple[tuple[str, ...], tuple[object, ...]], bool] = field(default_factory=dict)
+    """Results by expressions (one, or all of a selector tuple) and the values they read
+    (`Reads`), for devices alike in them."""
+    evaluations: int = 0
+    """CEL programs run so far: what the caches spare shows here."""
     _variables: dict[DeviceId, tuple[Device, dict[str, Any]]] = field(default_factory=dict)
     _results: dict[tuple[str, DeviceId], tuple[Device, bool]] = field(default_factory=dict)
     _combined: dict[tuple[str, ...], dict[DeviceId, tuple[Device, bool]]] = field(
@@ -141,18 +209,45 @@ class DeviceMatcher:
         cached = self._results.get(key)
         if cached is not None and (cached[0] is device or cached[0] == device):
             return cached[1]
+        result = self._alike((expression,), device, lambda: self._evaluate(expression, device))
+        self._results[key] = (device, result)
+        return result
+
+    def _alike(
+        self, expressions: tuple[str, ...], device: Device, answer: Callable[[], bool]
+    ) -> bool:
+        """The answer of `expressions` for the device: shared with the devices alike in what
+        they read, `answer()` for the first of them (or for each, when they read more)."""
+        try:
+            reads = self._reads[expressions]
+        except KeyError:
+            each = [Reads.of(expression) for expression in expressions]
+            reads = self._reads[expressions] = (
+                None
+                if None in each
+                else Reads(tuple(sorted({f for r in each if r is not None for f in r.fields})))
+            )
+        if reads is None:
+            return answer()
+        alike = (expressions, reads.values(device))
+        shared = self._shared.get(alike)
+        if shared is None:
+            shared = self._shared[alike] = answer()
+        return shared
+
+    def _evaluate(self, expression: str, device: Device) -> bool:
         program = self.program(expression)
+        self.evaluations += 1
         try:
             result = program.execute(self._device_context(device))
         except (KeyError, TypeError, ValueError, InvalidInputError) as error:
             self.runtime_errors.setdefault(expression, f"{type(error).__name__}: {error}")
-            result = False
+            return False
         if not isinstance(result, bool):
             # a type error of the expression, found only when it runs: no match, and said so
             problem = f"must evaluate to a bool, got {type(result).__name__}"
             self.runtime_errors.setdefault(expression, problem)
-            result = False
-        self._results[key] = (device, result)
+            return False
         return result
 
     def matches_all(
@@ -169,7 +264,11 @@ class DeviceMatcher:
         cached = answers.get(key)
         if cached is not None and (cached[0] is device or cached[0] == device):
             return cached[1]
-        result = all(self.matches(expression, device) for expression in selectors)
+        result = self._alike(
+            selectors,
+            device,
+            lambda: all(self.matches(expression, device) for expression in selectors),
+        )
         answers[key] = (device, result)
         return result
 
@@ -231,6 +330,7 @@ class DeviceMatcher:
 
     def forget(self, keep: Mapping[DeviceId, Device]) -> None:
         """Drop cached results of devices no longer published, so memory follows the inventory."""
+        self._shared = {}
         self._variables = {k: v for k, v in self._variables.items() if k in keep}
         self._results = {k: v for k, v in self._results.items() if k[1] in keep}
         self._combined = {

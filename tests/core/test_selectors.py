@@ -124,6 +124,78 @@ def test_result_is_recomputed_only_when_the_device_changes(
     assert matcher.matches(expression, devices[0])
 
 
+def _fleet() -> list[device_module.Device]:
+    """24 GPUs as a fleet publishes them: each its own uuid and index, three products, some
+    with a MIG attribute (true, false or none at all, and one with the domain but not the
+    name), on three drivers."""
+    fleet = []
+    for index in range(24):
+        attributes: dict[str, device_module.AttributeValue] = {
+            "gpu.nvidia.com/uuid": f"GPU-{index:04d}",
+            "gpu.nvidia.com/index": index % 8,
+            "gpu.nvidia.com/productName": ("NVIDIA H100 80GB HBM3", "NVIDIA A10", "L4")[index % 3],
+        }
+        if index % 4 == 1:
+            attributes["mig.nvidia.com/capable"] = index % 8 == 1
+        if index % 4 == 2:
+            attributes["mig.nvidia.com/profiles"] = "1g.10gb"
+        fleet.append(
+            device_module.Device(
+                driver=("gpu.nvidia.com", "gpu.nvidia.com", "other.example.com")[index % 3],
+                pool=f"node-{index // 8}",
+                name=f"gpu-{index % 8}",
+                node=f"node-{index // 8}",
+                attributes=attributes,
+                capacity={"gpu.nvidia.com/memory": (80, 24, 24)[index % 3] * 2**30 * 1000},
+            )
+        )
+    return fleet
+
+
+FLEET_SELECTORS = (
+    'device.driver == "gpu.nvidia.com"',
+    'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"',
+    "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity(\"40Gi\")) >= 0",
+    'device.attributes["mig.nvidia.com"].capable',
+    'has(device.attributes["mig.nvidia.com"].capable)',
+    'device.attributes["gpu.nvidia.com"].index < 4 && device.driver.startsWith("gpu")',
+    'device.attributes["gpu.nvidia.com"].uuid == "GPU-0005"',
+    '"capable" in device.attributes["mig.nvidia.com"]',
+    'device.attributes["mig.nvidia.com"].exists(name, name == "capable")',
+)
+
+
+@pytest.mark.parametrize("expression", FLEET_SELECTORS)
+def test_a_shared_evaluation_answers_as_each_device_alone(expression: str) -> None:
+    fleet = _fleet()
+    shared = device_cel.DeviceMatcher()
+    alone = [device_cel.DeviceMatcher().matches(expression, d) for d in fleet]
+    assert [shared.matches(expression, d) for d in fleet] == alone
+    assert any(alone) and not all(alone), "the selector splits the fleet"
+
+
+@pytest.mark.parametrize(
+    ("expression", "evaluations"),
+    [
+        # three products; devices differ in uuid and index, which the selector does not read
+        ('device.attributes["gpu.nvidia.com"].productName == "L4"', 3),
+        # driver x index below 4: gpu.nvidia.com or not, true or false
+        ('device.attributes["gpu.nvidia.com"].index < 4 && device.driver == "gpu.nvidia.com"', 16),
+        # reads the uuid: every device is its own
+        ('device.attributes["gpu.nvidia.com"].uuid == "GPU-0005"', 24),
+        # reads a whole domain map: no sharing
+        ('"capable" in device.attributes["mig.nvidia.com"]', 24),
+    ],
+)
+def test_devices_alike_in_what_a_selector_reads_share_one_evaluation(
+    expression: str, evaluations: int
+) -> None:
+    matcher = device_cel.DeviceMatcher()
+    for device in _fleet():
+        matcher.matches(expression, device)
+    assert matcher.evaluations == evaluations
+
+
 def test_members_follow_the_inventory_mapping_and_forget_unpublished_devices(
     devices: list[device_module.Device],
 ) -> None:
