@@ -108,37 +108,49 @@ class Reads:
     of their values (and of whether each domain and name is there), so devices alike in them
     share it."""
 
-    fields: tuple[Field, ...]
+    fields: frozenset[Field]
+    _lookups: tuple[tuple[str, str, str], ...] = field(compare=False)
+    """Per field read: its table (or `driver`), its qualified name and its domain, sorted;
+    built once, as `values` runs for every device of a new inventory."""
+
+    @classmethod
+    def reading(cls, fields: Iterable[Field]) -> Reads:
+        found = frozenset(fields)
+        lookups = tuple(
+            sorted(
+                (table, f"{domain}/{name}", domain)
+                for table, domain, name in found
+                if table != "allowMultipleAllocations"  # the same for every device
+            )
+        )
+        return cls(found, lookups)
 
     @classmethod
     def of(cls, expression: str) -> Reads | None:
         """None when the expression reads the device any other way (a whole domain map, an
         index by a computed name, a macro over attributes): then each device is evaluated."""
-        found = {
+        if _DEVICE.search(_FIELD.sub(" ", expression)):
+            return None
+        return cls.reading(
             (
                 match["table"] or match["plain"],
                 match["dq"] if match["dq"] is not None else match["sq"] or "",
                 match["name"] or "",
             )
             for match in _FIELD.finditer(expression)
-        }
-        if _DEVICE.search(_FIELD.sub(" ", expression)):
-            return None
-        return cls(tuple(sorted(found)))
+        )
 
     def values(self, device: Device) -> tuple[object, ...]:
         """What the expression sees of the device."""
         seen: list[object] = []
-        for table, domain, name in self.fields:
+        for table, qualified, domain in self._lookups:
             if table == "driver":
                 seen.append(device.driver)
-                continue
-            if table == "allowMultipleAllocations":
                 continue
             named: Mapping[str, object] = (
                 device.attributes if table == "attributes" else device.capacity
             )
-            value = named.get(f"{domain}/{name}", _ABSENT_NAME)
+            value = named.get(qualified, _ABSENT_NAME)
             if value is _ABSENT_NAME and not any(key.rpartition("/")[0] == domain for key in named):
                 value = _ABSENT_DOMAIN
             seen.append(value)
@@ -225,7 +237,7 @@ class DeviceMatcher:
             reads = self._reads[expressions] = (
                 None
                 if None in each
-                else Reads(tuple(sorted({f for r in each if r is not None for f in r.fields})))
+                else Reads.reading(f for r in each if r is not None for f in r.fields)
             )
         if reads is None:
             return answer()
