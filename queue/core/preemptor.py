@@ -296,7 +296,7 @@ def weigh(
     than twice the better of waiting and evicting at once, whenever the devices come free.
     - No victims (only gangs already evicting) or a tier that always preempts (prod
       inference): evict, the victims being the cheapest found.
-    - A reclaim of nominal quota (some victim goes only because the job's tenant is under
+    - A reclaim of nominal quota (every victim goes only because the job's tenant is under
       nominal): waiting costs the device-time the tenant has been kept from its nominal
       quota, of which a reclaim spends its own job's share: its devices x the time since it
       last entered the queue or last evicted (`PendingJob.paying_since`). A cycle sees no
@@ -304,10 +304,10 @@ def weigh(
       of each of its other waiting jobs, cycle after cycle (on a week shaped like PAI, one
       borrower was evicted six times by the same tenant's reclaims), while each job's wait
       pays for one eviction only.
-    - A preemption by tier: waiting costs the free devices of the job's place (`choice`),
-      which stand idle while it waits for the rest, each since it came free or the job
-      queued or last evicted, whichever is later (`Snapshot.free_since`,
-      `PendingJob.paying_since`): a device freed a minute ago has
+    - A preemption by tier, or one whose victims go partly by tier: waiting costs the free
+      devices of the job's place (`choice`), which stand idle while it waits for the rest,
+      each since it came free or the job queued or last evicted, whichever is later
+      (`Snapshot.free_since`, `PendingJob.paying_since`): a device freed a minute ago has
       idled a minute, however long the job has waited. Where its place is all taken,
       nothing idles: it waits for those gangs to end. Once that pays, it still waits when
       the devices are predicted to free before the idle ones would have cost as much
@@ -325,7 +325,11 @@ def weigh(
         start = state.expected_start(shape, excluded=excluded, held_room=held_room)
         return None if start is None else start - now
 
-    if any(preemption.is_reclaim(v, rights=rights, tiers=state.tiers, now=now) for v in victims):
+    # one victim that may go only by reclaim (a borrower that started a minute ago, too young
+    # to go by tier) does not make the others' eviction a reclaim: on a week shaped like PAI
+    # such a victim let a 1 x 8 job's two days of wait pay for 7 small jobs that had run
+    # hours, which by tier were evicted only once their place had idled as long
+    if all(preemption.is_reclaim(v, rights=rights, tiers=state.tiers, now=now) for v in victims):
         kept, rate = job.device_count * max(now - job.paying_since, 0.0), job.device_count
         pays, evict_in = _rent(victims, cost=cost, kept=kept, rate=rate, state=state)
         if pays:

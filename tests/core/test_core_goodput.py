@@ -421,6 +421,27 @@ def test_a_reclaim_never_evicts_a_borrower_whose_unsaved_work_grows_as_fast_as_t
     assert result.decide_again_at is None
 
 
+def test_one_victim_that_goes_only_by_reclaim_does_not_make_the_others_a_reclaim() -> None:
+    """A week shaped like PAI: a 1 x 8 job of a tenant within nominal had waited 40 h for a
+    node where 7 small borrowers had run 5 h each and one had started 30 s before, too young
+    to go by tier (small's minimum runtime is 60 s). Its 320 device-h of wait would pay for
+    all 8 as a reclaim, but 7 of them may go by tier, where waiting costs the idle devices
+    of the place: none idles, so no eviction pays. When all 8 are that young, each may go
+    only by reclaim, and the same wait pays."""
+    old = tuple(
+        _running(f"old-{i}", "node-0", range(i, i + 1), ran_s=5 * 3600.0, borrowed=True)
+        for i in range(7)
+    )
+    young = _running("young", "node-0", range(7, 8), ran_s=30.0, borrowed=True)
+    job = builders.job("x", tier="training", per_replica=8, submitted_at=NOW - 40 * 3600)
+    assert _victims(_cycle(job, running=(*old, young), quotas=RECLAIM_QUOTAS)) == []
+    all_young = tuple(
+        _running(f"young-{i}", "node-0", range(i, i + 1), ran_s=30.0, borrowed=True)
+        for i in range(8)
+    )
+    assert len(_victims(_cycle(job, running=all_young, quotas=RECLAIM_QUOTAS))) == 8
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     waited=st.lists(st.integers(0, 40_000), min_size=1, max_size=4),
