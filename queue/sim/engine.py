@@ -401,7 +401,8 @@ class Simulation:
         already shrinking is not chosen again until its shrink is done, as the store leaves
         it (the core may choose the part it keeps)."""
         for preemption in result.preemptions:
-            tier = self.records[preemption.job].job.tier
+            preemptor = self.records[preemption.job]
+            tier = preemptor.job.tier
             for victim in preemption.victims:
                 record = self.records.get(victim.job)
                 if record is None or record.held_since is None or record.evicting_since is not None:
@@ -409,7 +410,7 @@ class Simulation:
                 if record.shrinking_to is not None:
                     continue
                 # as the store: the wait paid only for victims this preemption moves
-                self.records[preemption.job].preempted_at = now
+                preemptor.preempted_at = now
                 cause = f"reclaim by {tier}" if victim.reclaim else f"{tier} > {record.job.tier}"
                 if victim.keep is not None:
                     self._shrink(record, victim, cause=f"{cause} (shrink)", now=now)
