@@ -200,11 +200,24 @@ def cheapest_on_node(
                 break
     needed = shape.devices_per_replica - len(supply.available(node))
     costs = [gang_cost(g, ranks=ranks, now=now) for g in gangs]
+    # each subset's cost and devices extend those of the subset without its highest member,
+    # adding members in index order as `_combine` does, so the costs compare exactly alike
+    set_costs = [NO_COST] * (1 << len(gangs))
+    counts = [0] * (1 << len(gangs))
     subsets: list[tuple[Cost, int]] = []
     for mask in range(1, 1 << len(gangs)):
-        members = [i for i in range(len(gangs)) if mask >> i & 1]
-        if sum(on_node[i] for i in members) >= needed:
-            subsets.append((_combine(costs[i] for i in members), mask))
+        highest = mask.bit_length() - 1
+        rest = mask ^ (1 << highest)
+        before, added = set_costs[rest], costs[highest]
+        cost = set_costs[mask] = (
+            max(before[0], added[0]),
+            before[1] + added[1],
+            before[2] + added[2],
+            before[3] + added[3],
+        )
+        count = counts[mask] = counts[rest] + on_node[highest]
+        if count >= needed:
+            subsets.append((cost, mask))
     subsets.sort(key=lambda subset: (order_of(subset[0], by_loss=by_loss), subset[1]))
     for cost, mask in subsets:
         if budget.is_exhausted:

@@ -27,6 +27,7 @@ from gangq.queue.core.model import (
     CycleResult,
     Grow,
     JobKey,
+    PendingJob,
     ReplicaPlacement,
     ServingStart,
     Snapshot,
@@ -121,6 +122,13 @@ class Simulation:
         self._now = 0.0
         self.predictor = prediction.RuntimePredictor()
         """Fed with every run that ends by itself, as the store feeds the controller's."""
+        self._learned = 0
+        """Runs the predictor has been fed: a job's prediction holds until the next one."""
+        self._shapes: dict[JobKey, prediction.RunShape] = {}
+        self._predictions: dict[JobKey, tuple[int, float | None]] = {}
+        self._views: dict[JobKey, tuple[tuple[float | None, ...], PendingJob]] = {}
+        """Each waiting job's view with what it was built from: a queue of thousands is shown
+        to the policy twice a cycle, and most of it is unchanged since the last."""
 
     def run(self, *, on_progress: ProgressCallback | None = None) -> Outcome:
         started = time.perf_counter()
@@ -353,7 +361,7 @@ class Simulation:
         """Plan the run from `now` at the gang's size: its restart, then the rest of its work,
         stopped at its bound."""
         job = record.job
-        predicted = self.predictor.predict(_shape(job), max_runtime_s=job.max_runtime_s)
+        predicted = self._predict(job)
         if record.predicted_run_s is None:
             record.predicted_run_s = predicted
         record.predicted_end = None
@@ -382,6 +390,7 @@ class Simulation:
         self.predictor.record(
             prediction.FinishedRun(shape=_shape(job), runtime_s=run_s, ended_at=now)
         )
+        self._learned += 1
         if record.predicted_run_s is not None:
             self.outcome.predictions.append((record.predicted_run_s, run_s))
 
@@ -554,14 +563,7 @@ class Simulation:
             for gang in view.running(record, device_class=device_class, now=now)
         )
         pending = tuple(
-            view.pending(
-                job,
-                device_class=device_class,
-                selectors=(*job.selectors, *self._profile(job)),
-                predicted_runtime_s=self._predicted_left(job),
-                queued_at=self.records[job.key].pending_since,
-                preempted_at=self.records[job.key].preempted_at,
-            )
+            self._pending_view(job)
             for job in sorted(
                 (r.job for r in self.waiting.values()), key=lambda j: (j.arrival_s, j.key)
             )
@@ -587,6 +589,35 @@ class Simulation:
             free_since=dict(self.free_since),
         )
 
+    def _pending_view(self, job: TraceJob) -> PendingJob:
+        record = self.records[job.key]
+        inputs = (self._predicted_left(job), record.pending_since, record.preempted_at)
+        cached = self._views.get(job.key)
+        if cached is not None and cached[0] == inputs:
+            return cached[1]
+        shown = view.pending(
+            job,
+            device_class=self.trace.cluster.device_class,
+            selectors=(*job.selectors, *self._profile(job)),
+            predicted_runtime_s=inputs[0],
+            queued_at=inputs[1],
+            preempted_at=inputs[2],
+        )
+        self._views[job.key] = (inputs, shown)
+        return shown
+
+    def _predict(self, job: TraceJob) -> float | None:
+        """The predictor's answer for the job, asked again only once it has learned a run."""
+        cached = self._predictions.get(job.key)
+        if cached is not None and cached[0] == self._learned:
+            return cached[1]
+        shape = self._shapes.get(job.key)
+        if shape is None:
+            shape = self._shapes[job.key] = _shape(job)
+        predicted = self.predictor.predict(shape, max_runtime_s=job.max_runtime_s)
+        self._predictions[job.key] = (self._learned, predicted)
+        return predicted
+
     def _profile(self, job: TraceJob) -> tuple[str, ...]:
         """Where nodes publish partitions, whole-GPU jobs select whole GPUs and slice jobs their
         profile (the DeviceClass alone matches both)."""
@@ -597,7 +628,7 @@ class Simulation:
     def _predicted_left(self, job: TraceJob) -> float | None:
         """The predicted rest of a waiting job's run: its prediction less the work it saved,
         plus its restart if it was evicted."""
-        predicted = self.predictor.predict(_shape(job), max_runtime_s=job.max_runtime_s)
+        predicted = self._predict(job)
         if predicted is None:
             return None
         record = self.records[job.key]
@@ -607,7 +638,7 @@ class Simulation:
         """The predicted rest of a running gang's run at its maximum if it grew now: its
         restart, then its prediction less the work its checkpoints hold."""
         job = record.job
-        predicted = self.predictor.predict(_shape(job), max_runtime_s=job.max_runtime_s)
+        predicted = self._predict(job)
         if predicted is None:
             return None
         saved = record.progress_s + checkpoint.settle(record, now=now).progress_s
