@@ -11,6 +11,7 @@ selectors seldom read. It must not decide anything about placement.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -109,7 +110,7 @@ class Reads:
     share it."""
 
     fields: frozenset[Field]
-    _lookups: tuple[tuple[str, str, str], ...] = field(compare=False)
+    _lookups: tuple[Lookup, ...] = field(compare=False)
     """Per field read: its table (or `driver`), its qualified name and its domain, sorted;
     built once, as `values` runs for every device of a new inventory."""
 
@@ -140,21 +141,29 @@ class Reads:
             for match in _FIELD.finditer(expression)
         )
 
+    @property
+    def lookups(self) -> tuple[Lookup, ...]:
+        return self._lookups
+
     def values(self, device: Device) -> tuple[object, ...]:
         """What the expression sees of the device."""
-        seen: list[object] = []
-        for table, qualified, domain in self._lookups:
-            if table == "driver":
-                seen.append(device.driver)
-                continue
-            named: Mapping[str, object] = (
-                device.attributes if table == "attributes" else device.capacity
-            )
-            value = named.get(qualified, _ABSENT_NAME)
-            if value is _ABSENT_NAME and not any(key.rpartition("/")[0] == domain for key in named):
-                value = _ABSENT_DOMAIN
-            seen.append(value)
-        return tuple(seen)
+        return tuple(read_value(lookup, device) for lookup in self._lookups)
+
+
+Lookup = tuple[str, str, str]
+"""One field as `Reads` looks it up: its table (or `driver`), qualified name and domain."""
+
+
+def read_value(lookup: Lookup, device: Device) -> object:
+    """What an expression sees of one field of the device."""
+    table, qualified, domain = lookup
+    if table == "driver":
+        return device.driver
+    named: Mapping[str, object] = device.attributes if table == "attributes" else device.capacity
+    value = named.get(qualified, _ABSENT_NAME)
+    if value is _ABSENT_NAME and not any(key.rpartition("/")[0] == domain for key in named):
+        value = _ABSENT_DOMAIN
+    return value
 
 
 _Accepted = tuple[Mapping[DeviceId, Device], tuple[Device, ...], frozenset[DeviceId]]
@@ -194,6 +203,11 @@ class DeviceMatcher:
         default_factory=dict
     )
     """Per selector tuple: the devices mapping it was counted on, and the count per node."""
+    _columns: dict[Lookup, tuple[Mapping[DeviceId, Device], list[object]]] = field(
+        default_factory=dict
+    )
+    """Per field read: the devices mapping it was read of, and each placed device's value in
+    its order; selector tuples reading a field in common share its pass."""
     _followed: Mapping[DeviceId, Device] | None = None
     """The inventory's devices mapping `follow` saw last."""
     runtime_errors: dict[str, str] = field(default_factory=dict)
@@ -230,8 +244,14 @@ class DeviceMatcher:
     ) -> bool:
         """The answer of `expressions` for the device: shared with the devices alike in what
         they read, `answer()` for the first of them (or for each, when they read more)."""
+        reads = self._reads_of(expressions)
+        if reads is None:
+            return answer()
+        return self._shared_answer(expressions, reads.values(device), answer)
+
+    def _reads_of(self, expressions: tuple[str, ...]) -> Reads | None:
         try:
-            reads = self._reads[expressions]
+            return self._reads[expressions]
         except KeyError:
             each = [Reads.of(expression) for expression in expressions]
             reads = self._reads[expressions] = (
@@ -239,9 +259,12 @@ class DeviceMatcher:
                 if None in each
                 else Reads.reading(f for r in each if r is not None for f in r.fields)
             )
-        if reads is None:
-            return answer()
-        alike = (expressions, reads.values(device))
+            return reads
+
+    def _shared_answer(
+        self, expressions: tuple[str, ...], values: tuple[object, ...], answer: Callable[[], bool]
+    ) -> bool:
+        alike = (expressions, values)
         shared = self._shared.get(alike)
         if shared is None:
             shared = self._shared[alike] = answer()
@@ -276,13 +299,12 @@ class DeviceMatcher:
         cached = answers.get(key)
         if cached is not None and (cached[0] is device or cached[0] == device):
             return cached[1]
-        result = self._alike(
-            selectors,
-            device,
-            lambda: all(self.matches(expression, device) for expression in selectors),
-        )
+        result = self._alike(selectors, device, functools.partial(self._each, selectors, device))
         answers[key] = (device, result)
         return result
+
+    def _each(self, expressions: tuple[str, ...], device: Device) -> bool:
+        return all(self.matches(expression, device) for expression in expressions)
 
     def members(
         self, expressions: tuple[str, ...], devices: Mapping[DeviceId, Device]
@@ -305,12 +327,29 @@ class DeviceMatcher:
         known = self._members.get(expressions)
         if known is not None and known[0] is devices:
             return known
-        found = [
-            (device_id, device)
-            for device_id, device in devices.items()
-            if device.node is not None
-            and self.matches_all(expressions, device, device_id=device_id)
+        placed = [
+            (device_id, device) for device_id, device in devices.items() if device.node is not None
         ]
+        reads = self._reads_of(expressions)
+        if reads is None:
+            found = [
+                (device_id, device)
+                for device_id, device in placed
+                if self.matches_all(expressions, device, device_id=device_id)
+            ]
+        else:
+            # one answer per distinct values read, not one per device: a new leader asks this
+            # of every device of the fleet for every selector tuple
+            values = self._values(reads, devices, placed)
+            one_each = dict(zip(values, (device for _, device in placed), strict=True))
+            matching = {
+                seen
+                for seen, device in one_each.items()
+                if self._shared_answer(
+                    expressions, seen, functools.partial(self._each, expressions, device)
+                )
+            }
+            found = [pair for pair, seen in zip(placed, values, strict=True) if seen in matching]
         accepted = (
             devices,
             tuple(device for _, device in found),
@@ -328,10 +367,31 @@ class DeviceMatcher:
             return known[1]
         counts: dict[str, int] = {}
         for device in self.members(expressions, devices):
-            if device.node is not None and not device.is_tainted:
+            if device.node is not None and not (device.taints and device.is_tainted):
                 counts[device.node] = counts.get(device.node, 0) + 1
         self._counts[expressions] = (devices, counts)
         return counts
+
+    def _values(
+        self,
+        reads: Reads,
+        devices: Mapping[DeviceId, Device],
+        placed: list[tuple[DeviceId, Device]],
+    ) -> list[tuple[object, ...]]:
+        """`reads.values` of each of `placed` (the devices of `devices` on a node, in order),
+        from columns remembered per field while the inventory keeps the same mapping."""
+        if not reads.lookups:
+            return [()] * len(placed)
+        columns = []
+        for lookup in reads.lookups:
+            known = self._columns.get(lookup)
+            if known is None or known[0] is not devices:
+                known = self._columns[lookup] = (
+                    devices,
+                    [read_value(lookup, device) for _, device in placed],
+                )
+            columns.append(known[1])
+        return list(zip(*columns, strict=True))
 
     def follow(self, devices: Mapping[DeviceId, Device]) -> None:
         """`forget` the devices a new inventory no longer publishes (its mapping is rebuilt
@@ -351,3 +411,4 @@ class DeviceMatcher:
         }
         self._members = {k: v for k, v in self._members.items() if v[0] is keep}
         self._counts = {k: v for k, v in self._counts.items() if v[0] is keep}
+        self._columns = {k: v for k, v in self._columns.items() if v[0] is keep}

@@ -338,10 +338,13 @@ class RunningJob:
     """An elastic gang's `spec.elastic.minReplicas` (rule 13): a preemptor may shrink it down
     to this many replicas (replica 0 always stays) instead of evicting it; None: it only
     goes whole."""
+    device_count: int = field(init=False, repr=False, compare=False)
+    """Devices the gang holds: read for every candidate of every victim search and backfill
+    sweep, so counted once."""
 
-    @property
-    def device_count(self) -> int:
-        return sum(len(replica.devices) for replica in self.placement)
+    def __post_init__(self) -> None:
+        count = sum(len(replica.devices) for replica in self.placement)
+        object.__setattr__(self, "device_count", count)
 
     @property
     def size(self) -> int:

@@ -196,6 +196,22 @@ def test_devices_alike_in_what_a_selector_reads_share_one_evaluation(
     assert matcher.evaluations == evaluations
 
 
+@pytest.mark.parametrize("expression", (*FLEET_SELECTORS, "true"))
+def test_members_of_a_fleet_are_the_devices_every_selector_accepts_alone(expression: str) -> None:
+    """`members` answers once per distinct values read, not per device: it must still give
+    each device's own answer, in the inventory's order."""
+    fleet = _fleet()
+    selectors = (FLEET_SELECTORS[0], expression)
+    alone = tuple(
+        d for d in fleet if all(device_cel.DeviceMatcher().matches(e, d) for e in selectors)
+    )
+    matcher = device_cel.DeviceMatcher()
+    everything = {d.id: d for d in fleet}
+    assert matcher.members(selectors, everything) == alone
+    assert matcher.member_ids(selectors, everything) == {d.id for d in alone}
+    assert [matcher.matches_all(selectors, d) for d in fleet] == [d in alone for d in fleet]
+
+
 def test_members_follow_the_inventory_mapping_and_forget_unpublished_devices(
     devices: list[device_module.Device],
 ) -> None:
