@@ -110,7 +110,7 @@ class Reads:
     share it."""
 
     fields: frozenset[Field]
-    _lookups: tuple[Lookup, ...] = field(compare=False)
+    lookups: tuple[Lookup, ...] = field(compare=False)
     """Per field read: its table (or `driver`), its qualified name and its domain, sorted;
     built once, as `values` runs for every device of a new inventory."""
 
@@ -141,13 +141,9 @@ class Reads:
             for match in _FIELD.finditer(expression)
         )
 
-    @property
-    def lookups(self) -> tuple[Lookup, ...]:
-        return self._lookups
-
     def values(self, device: Device) -> tuple[object, ...]:
         """What the expression sees of the device."""
-        return tuple(read_value(lookup, device) for lookup in self._lookups)
+        return tuple(read_value(lookup, device) for lookup in self.lookups)
 
 
 Lookup = tuple[str, str, str]
@@ -367,7 +363,7 @@ class DeviceMatcher:
             return known[1]
         counts: dict[str, int] = {}
         for device in self.members(expressions, devices):
-            if device.node is not None and not (device.taints and device.is_tainted):
+            if device.node is not None and not device.is_tainted:
                 counts[device.node] = counts.get(device.node, 0) + 1
         self._counts[expressions] = (devices, counts)
         return counts

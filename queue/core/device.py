@@ -100,7 +100,8 @@ class Device:
     @property
     def is_tainted(self) -> bool:
         """True when a taint keeps new work off the device (NoSchedule or NoExecute)."""
-        return any(t.effect in (NO_SCHEDULE, NO_EXECUTE) for t in self.taints)
+        # most devices carry no taint, and fleet-wide counts ask this of every device
+        return bool(self.taints) and any(t.effect in (NO_SCHEDULE, NO_EXECUTE) for t in self.taints)
 
     @property
     def is_evicting(self) -> bool:

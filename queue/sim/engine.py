@@ -388,7 +388,7 @@ class Simulation:
         if run_s is None:
             return
         self.predictor.record(
-            prediction.FinishedRun(shape=_shape(job), runtime_s=run_s, ended_at=now)
+            prediction.FinishedRun(shape=self._shape_of(job), runtime_s=run_s, ended_at=now)
         )
         self._learned += 1
         if record.predicted_run_s is not None:
@@ -611,12 +611,15 @@ class Simulation:
         cached = self._predictions.get(job.key)
         if cached is not None and cached[0] == self._learned:
             return cached[1]
+        predicted = self.predictor.predict(self._shape_of(job), max_runtime_s=job.max_runtime_s)
+        self._predictions[job.key] = (self._learned, predicted)
+        return predicted
+
+    def _shape_of(self, job: TraceJob) -> prediction.RunShape:
         shape = self._shapes.get(job.key)
         if shape is None:
             shape = self._shapes[job.key] = _shape(job)
-        predicted = self.predictor.predict(shape, max_runtime_s=job.max_runtime_s)
-        self._predictions[job.key] = (self._learned, predicted)
-        return predicted
+        return shape
 
     def _profile(self, job: TraceJob) -> tuple[str, ...]:
         """Where nodes publish partitions, whole-GPU jobs select whole GPUs and slice jobs their
