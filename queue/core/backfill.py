@@ -204,22 +204,19 @@ def earliest_start(
             start = now
     if start is None:
         for end, gang in releases:
-            if start is not None and end > start:
-                break
             if has_outlived(gang, now=now):
                 outlived.append(gang.key)
             fits = False
             for node, matching in pool.held_matching(shape.selector, gang):
                 timeline.release(node, matching, pod=gang.pod)
                 fits = timeline.check(node, at=max(end, now)) or fits
-            if fits and start is None:
+            if fits:
                 start = max(end, now)
+                break
     if start is None:
         return None
     ready = timeline.ready
-    # The nodes that become ready last are reserved: those free sooner stay free for jobs that
-    # run past the start, and the start is the same.
-    usable = sorted(ready, key=lambda node: (-ready[node][0], len(ready[node][1]), node))
+    usable = sorted(ready, key=lambda node: (len(ready[node][1]), node))
     choice = placement.select_nodes(
         shape,
         nodes=usable,

@@ -80,14 +80,10 @@ def run_cycle(
         else:
             invalid.append((job, problem))
     _expect_owed(valid, state=state)
-    state.keepers = _keepers(valid)
     ranks = {name: tier.rank for name, tier in state.tiers.items()}
     for job in ordering.in_queue_order(valid, ranks=ranks, shares=state.book):
         state.order.append(job.key)
         _decide(job, state=state)
-        if state.keepers.get(job.tier) is job:
-            # decided, reserved or not: later jobs of its tier no longer leave it the reservation
-            del state.keepers[job.tier]
     for job, problem in sorted(invalid, key=lambda item: (item[0].submitted_at, item[0].uid)):
         state.order.append(job.key)
         state.pending[job.key] = problem
@@ -126,29 +122,6 @@ def _expect_owed(valid: list[PendingJob], *, state: CycleState) -> None:
         return counted
 
     state.owed.expect([job for job in valid if is_owed(job)])
-
-
-def _keepers(valid: list[PendingJob]) -> dict[str, PendingJob]:
-    """Per tier, the job that held its reservation in the last cycle (the longest-held one
-    should a crash have left several)."""
-    held = [(job.reserved_since, job.uid, job) for job in valid if job.reserved_since is not None]
-    return {job.tier: job for _, _, job in sorted(held, key=lambda h: (h[0], h[1]), reverse=True)}
-
-
-def _leaves_reservation(job: PendingJob, *, state: CycleState) -> bool:
-    """Rule 5: a reservation moves to a job ordered ahead of its holder only when that job
-    entered the queue after the holder got it. A job that moved ahead only as fair shares
-    shifted leaves it to the holder, still to be decided in this cycle: otherwise the
-    reservation would pass from gang to gang as shares move, and the devices drained for one
-    would stand idle while the next drains others (on a mixed week at load 1.15 the
-    reservation of the training tier changed hands 171 times)."""
-    keeper = state.keepers.get(job.tier)
-    return (
-        keeper is not None
-        and keeper.key != job.key
-        and keeper.reserved_since is not None
-        and job.waiting_since <= keeper.reserved_since
-    )
 
 
 def _holds_for(job: PendingJob, *, state: CycleState) -> Mask:
@@ -397,11 +370,10 @@ def _decide_gang(job: PendingJob, *, state: CycleState) -> None:
     weighed = state.pending.get(job.key)
     reason = weighed if weighed is not None else _capacity_reason(job, outcome)
     start = None
-    leaves = _leaves_reservation(job, state=state)
-    if state.policy.backfill and job.tier not in state.reserved_tiers and not leaves:
+    if state.policy.backfill and job.tier not in state.reserved_tiers:
         start = _reserve(job, shape, state=state, excluded=excluded, held_room=held_room)
     if start is None:
-        if weighed is None and not leaves:
+        if weighed is None:
             state.verdicts[verdict_key] = reason
     else:
         reason = explain.with_reserved_start(
@@ -569,7 +541,7 @@ def _reserve(
         job=job.key,
         tier=job.tier,
         start_at=found.at,
-        nodes=tuple(sorted(node for node, _ in found.choice)),
+        nodes=tuple(node for node, _ in found.choice),
         outlived=found.outlived,
     )
     state.holds.append(backfill.hold(reservation, found.choice, pool=state.pool, shape=shape))

@@ -247,9 +247,6 @@ class PendingJob:
     preempted_at: float | None = None
     """When the job, queued, last evicted or shrank gangs to make room for itself; None:
     never since it last entered the queue."""
-    reserved_since: float | None = None
-    """Since when the job has held its tier's backfill reservation, cycle after cycle (rule 5);
-    None: it held none in the last cycle."""
 
     @property
     def device_count(self) -> int:

@@ -59,8 +59,6 @@ class CycleState:
     order: list[JobKey] = field(default_factory=list)
     holds: list[backfill.Hold] = field(default_factory=list)
     reserved_tiers: set[str] = field(default_factory=set)
-    keepers: dict[str, PendingJob] = field(default_factory=dict)
-    """Per tier, the queued job that held its reservation in the last cycle (rule 5)."""
     claimed: set[JobKey] = field(default_factory=set)
     """Gangs whose devices a preemptor of this cycle counts on (victims or evicting)."""
     touched_nodes: set[NodeName] = field(default_factory=set)

@@ -129,8 +129,6 @@ class Simulation:
         self._views: dict[JobKey, tuple[tuple[float | None, ...], PendingJob]] = {}
         """Each waiting job's view with what it was built from: a queue of thousands is shown
         to the policy twice a cycle, and most of it is unchanged since the last."""
-        self._holders: set[JobKey] = set()
-        """Jobs that hold a backfill reservation after the last cycle."""
 
     def run(self, *, on_progress: ProgressCallback | None = None) -> Outcome:
         started = time.perf_counter()
@@ -541,18 +539,11 @@ class Simulation:
 
     def _note_reservations(self, result: CycleResult, *, now: float) -> None:
         """Remember each job's first promise, and every move of its reservation later, by
-        cause (rule 5: an outlived prediction, else a higher-ordered job); and since when each
-        job has held its reservation, which the next cycle reads."""
-        holders = {reservation.job for reservation in result.reservations}
-        for key in self._holders - holders:
-            self.records[key].reserved_since = None
-        self._holders = holders
+        cause (rule 5: an outlived prediction, else a higher-ordered job)."""
         for reservation in result.reservations:
             record = self.records.get(reservation.job)
             if record is None:
                 continue
-            if record.reserved_since is None:
-                record.reserved_since = now
             if record.promised_start is None:
                 record.promised_start = reservation.start_at
                 record.promised_at = now
@@ -600,12 +591,7 @@ class Simulation:
 
     def _pending_view(self, job: TraceJob) -> PendingJob:
         record = self.records[job.key]
-        inputs = (
-            self._predicted_left(job),
-            record.pending_since,
-            record.preempted_at,
-            record.reserved_since,
-        )
+        inputs = (self._predicted_left(job), record.pending_since, record.preempted_at)
         cached = self._views.get(job.key)
         if cached is not None and cached[0] == inputs:
             return cached[1]
@@ -616,7 +602,6 @@ class Simulation:
             predicted_runtime_s=inputs[0],
             queued_at=inputs[1],
             preempted_at=inputs[2],
-            reserved_since=inputs[3],
         )
         self._views[job.key] = (inputs, shown)
         return shown

@@ -48,8 +48,6 @@ class JobRecord:
     promised_at: float | None = None
     reserved_start: float | None = None
     """The latest reservation start the policy gave this job, to see it move."""
-    reserved_since: float | None = None
-    """Since when the job has held its tier's reservation without a break (rule 5)."""
     progress_s: float = 0.0
     """Work saved in checkpoints by earlier attempts: a restart resumes from there."""
     restart_s: float = 0.0

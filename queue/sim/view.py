@@ -64,7 +64,6 @@ def pending(
     predicted_runtime_s: float | None,
     queued_at: float | None,
     preempted_at: float | None = None,
-    reserved_since: float | None = None,
 ) -> PendingJob:
     """The job as a gang of `replicas` waiting for devices (or for more of them, to grow)."""
     return PendingJob(
@@ -84,7 +83,6 @@ def pending(
         predicted_runtime_s=predicted_runtime_s,
         queued_at=queued_at,
         preempted_at=preempted_at,
-        reserved_since=reserved_since,
         checkpoint_interval_s=job.checkpoint_interval_s,
         restart_s=job.restart_s,
         min_replicas=job.min_replicas,

@@ -32,7 +32,7 @@ MARK_ADMITTED = text(
     UPDATE jobs SET phase = 'Admitted', admitted_at = :at, updated_at = :at,
            borrowed = u.borrowed, size = u.size, attempts = jobs.attempts + 1,
            pending_code = NULL, pending_message = NULL, queue_position = NULL,
-           reserved_start_at = NULL, reserved_nodes = NULL, reserved_since = NULL
+           reserved_start_at = NULL, reserved_nodes = NULL
     FROM unnest(CAST(:ids AS bigint[]), CAST(:borrowed AS integer[]), CAST(:sizes AS integer[]))
          AS u(id, borrowed, size)
     WHERE jobs.id = u.id AND jobs.phase = 'Queued'
@@ -58,9 +58,7 @@ SET_PENDING = text(
     """
     UPDATE jobs SET pending_code = u.code, pending_message = u.message,
            queue_position = u.position, reserved_start_at = u.reserved_start_at,
-           reserved_nodes = string_to_array(u.nodes, ','),
-           reserved_since = CASE WHEN u.reserved_start_at IS NULL THEN NULL
-                                 ELSE coalesce(jobs.reserved_since, CAST(:at AS timestamptz)) END
+           reserved_nodes = string_to_array(u.nodes, ',')
     FROM unnest(CAST(:ids AS bigint[]), CAST(:codes AS text[]), CAST(:messages AS text[]),
                 CAST(:positions AS integer[]), CAST(:starts AS timestamptz[]),
                 CAST(:nodes AS text[]))
@@ -72,7 +70,7 @@ FAIL_INVALID = text(
     """
     UPDATE jobs SET phase = 'Failed', finished_at = :at, updated_at = :at,
            pending_code = 'invalid', pending_message = u.message, queue_position = NULL,
-           reserved_start_at = NULL, reserved_nodes = NULL, reserved_since = NULL
+           reserved_start_at = NULL, reserved_nodes = NULL
     FROM unnest(CAST(:ids AS bigint[]), CAST(:messages AS text[])) AS u(id, message)
     WHERE jobs.id = u.id AND jobs.phase = 'Queued'
     """
@@ -316,7 +314,6 @@ async def _write_pending(
                 "positions": list(positions),
                 "starts": list(reserved),
                 "nodes": [None if names is None else ",".join(names) for names in nodes],
-                "at": timestamps.to_datetime(now),
             },
         )
     await _fail_invalid(session, invalid, now=now, actor=actor)

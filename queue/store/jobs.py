@@ -383,7 +383,7 @@ FINISH = text(
         evict_by = NULL, evicted_for = NULL, shrink_to = NULL, grown_from = NULL,
         pending_code = u.code,
         pending_message = u.message, queue_position = NULL, reserved_start_at = NULL,
-        reserved_nodes = NULL, reserved_since = NULL
+        reserved_nodes = NULL
     FROM unnest(CAST(:namespaces AS text[]), CAST(:names AS text[]), CAST(:phases AS text[]),
                 CAST(:codes AS text[]), CAST(:messages AS text[]))
          AS u(namespace, name, phase, code, message)
@@ -561,7 +561,6 @@ async def requeue(
     row.checkpoint_requested_at = row.evict_by = row.evicted_for = row.shrink_to = None
     row.grown_from = None
     row.admitted_at = row.started_at = row.reserved_start_at = row.reserved_nodes = None
-    row.reserved_since = None
     row.not_before = timestamps.to_datetime(at + backoff_s) if backoff_s > 0 else None
     row.queued_at = instant
     if waiting is not None:
@@ -589,7 +588,7 @@ async def suspend(session: AsyncSession, key: str, *, at: float, actor: str, rea
     row.grown_from = None
     row.admitted_at = row.started_at = None
     row.pending_code = row.pending_message = None
-    row.queue_position = row.reserved_start_at = row.reserved_nodes = row.reserved_since = None
+    row.queue_position = row.reserved_start_at = row.reserved_nodes = None
     details = {"devices_released": freed}
     await record_event(
         session, row, kind=EventKind.SUSPENDED, actor=actor, at=at, reason=reason, details=details

@@ -148,9 +148,6 @@ class JobRow(Base):
     """Backfill reservation of a queued job: its earliest start, the ETA shown (rule 5)."""
     reserved_nodes: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     """The nodes that reservation holds for the job; NULL whenever `reserved_start_at` is."""
-    reserved_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    """Since when the job has held that reservation without a break (`PendingJob.reserved_since`,
-    rule 5); NULL whenever `reserved_start_at` is."""
     admitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -42,7 +42,6 @@ _JOB_COLUMNS = (
     JobRow.queued_at,
     JobRow.min_replicas,
     JobRow.preempted_at,
-    JobRow.reserved_since,
 )
 """What a queued job's core view is made of (with its predicted runtime)."""
 _RUN_COLUMNS = (
@@ -145,7 +144,6 @@ def pending_job(
         queued_at=timestamps.optional_unix(row.queued_at),
         min_replicas=row.min_replicas,
         preempted_at=timestamps.optional_unix(row.preempted_at),
-        reserved_since=timestamps.optional_unix(row.reserved_since),
     )
 
 

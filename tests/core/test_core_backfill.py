@@ -3,7 +3,6 @@ jobs start only where they cannot delay it."""
 
 from __future__ import annotations
 
-import dataclasses
 import random
 
 import builders
@@ -76,48 +75,6 @@ def test_long_jobs_may_use_devices_the_reservation_does_not_need() -> None:
     assert result.reservations[0].start_at == NOW + 600
     assert result.reservations[0].nodes == (NodeName("node-0"), NodeName("node-2"))
     assert [r.node for r in result.admissions[0].placement] == [NodeName("node-1")]
-
-
-def test_the_reservation_takes_the_nodes_that_free_last() -> None:
-    """Of the nodes ready by the reserved start, those busy until then are reserved: a node
-    free now stays free for jobs that would run past the start."""
-    busy_until_start = (
-        builders.gang("a", [("node-1", range(8))], started_at=NOW - 3000, max_runtime_s=3600),
-        builders.gang("b", [("node-2", range(8))], started_at=NOW - 3000, max_runtime_s=3600),
-    )
-    long = builders.job("long", tenant="team-b", tier="small", max_runtime_s=None, submitted_at=2)
-    result = _cycle(BIG, long, running=busy_until_start, nodes=3)
-    assert result.reservations[0].start_at == NOW + 600
-    assert result.reservations[0].nodes == (NodeName("node-1"), NodeName("node-2"))
-    assert [r.node for r in result.admissions[0].placement] == [NodeName("node-0")]
-
-
-def _two_big_gangs(*, second_since: float, first_submitted: float) -> CycleResult:
-    first = builders.job("first", replicas=2, per_replica=8, submitted_at=first_submitted)
-    second = dataclasses.replace(
-        builders.job("second", tenant="team-b", replicas=2, per_replica=8, submitted_at=5),
-        reserved_since=second_since,
-    )
-    return _cycle(first, second, running=RUNNING)
-
-
-def test_a_reservation_stays_with_its_holder_when_another_job_moves_ahead() -> None:
-    """Rule 5: a job ordered ahead of the holder that was already queued when the holder got
-    the reservation (it moved ahead as shares shifted) does not take it: the devices drained
-    for the holder are not drained again for another gang."""
-    result = _two_big_gangs(second_since=NOW - 100, first_submitted=1)
-    assert result.order[:2] == (JobKey("team-a/first"), JobKey("team-b/second"))
-    assert [r.job for r in result.reservations] == [JobKey("team-b/second")]
-    assert result.pending[JobKey("team-a/first")].message == (
-        "capacity: needs 2 nodes with 8 free gpu, 0 have them"
-    )
-
-
-def test_a_job_that_arrives_after_the_reservation_was_given_takes_it() -> None:
-    result = _two_big_gangs(second_since=NOW - 100, first_submitted=NOW - 50)
-    assert [r.job for r in result.reservations] == [JobKey("team-a/first")]
-    unheld = _two_big_gangs(second_since=None, first_submitted=1)  # type: ignore[arg-type]
-    assert [r.job for r in unheld.reservations] == [JobKey("team-a/first")]
 
 
 def test_no_reservation_behind_gangs_that_never_end() -> None:
