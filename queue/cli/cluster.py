@@ -65,6 +65,13 @@ def register(subparsers: Any) -> None:
         help="events a watch can resume from before it gets 410 Expired (default 5000)",
     )
     up.add_argument(
+        "--podgroups",
+        action="store_true",
+        help="serve scheduling.k8s.io/v1alpha2 Workloads and PodGroups and gang-schedule the pods "
+        "that name a PodGroup, as the alpha feature gates GenericWorkload, GangScheduling and "
+        "DRAWorkloadResourceClaims do (default off, like the gates)",
+    )
+    up.add_argument(
         "--token",
         default=None,
         help="require this bearer token (default: no authentication; kubectl sends no token "
@@ -121,6 +128,7 @@ async def _serve(args: argparse.Namespace) -> None:
         crds=tuple(args.crd),
         ready_seconds=args.ready_seconds,
         token=args.token,
+        podgroups=args.podgroups,
     )
     if args.watch_window is not None:
         emulator.history_size = args.watch_window
@@ -138,9 +146,10 @@ async def _serve(args: argparse.Namespace) -> None:
             if args.partitioned_nodes or args.shared_nodes
             else ""
         )
+        gangs = "; PodGroups served" if args.podgroups else ""
         print(
             f"kubesim serving {cluster.base_url} ({args.nodes} nodes x "
-            f"{args.gpus_per_node} GPUs, {args.racks} racks{split})"
+            f"{args.gpus_per_node} GPUs, {args.racks} racks{split}{gangs})"
         )
         print(
             f"kubeconfig written to {args.kubeconfig}; "

@@ -1,9 +1,9 @@
 """The embedded cluster: API server, scheduler, kubelets and controllers in one process.
 
 Owns wiring (storage, registry with every built-in strategy, faults, HTTP server on a local
-port), seeding the inventory, the background scheduler, kubelet, taint-eviction and
-device-taint-eviction tasks, and what clients need to connect (a kubernetes-asyncio
-`Configuration`, a kubeconfig).
+port), seeding the inventory, the background scheduler, kubelet, taint-eviction,
+device-taint-eviction and (with `podgroups`) podgroup-protection tasks, and what clients need
+to connect (a kubernetes-asyncio `Configuration`, a kubeconfig).
 Use it as `async with Emulator() as cluster`. It must not add API behaviour of its own.
 """
 
@@ -26,22 +26,23 @@ from gangq.queue.kubesim.devicetaints import DeviceTaintEviction
 from gangq.queue.kubesim.faults import Faults
 from gangq.queue.kubesim.kubelet import Kubelets
 from gangq.queue.kubesim.nodetaints import NodeTaintEviction
+from gangq.queue.kubesim.podgroupprotection import PodGroupProtection
 from gangq.queue.kubesim.registry import Registry
 from gangq.queue.kubesim.scheduler import Scheduler
 from gangq.queue.kubesim.server import ApiServer
 from gangq.queue.kubesim.storage import WATCH_WINDOW, Storage
 from gangq.queue.kubesim.strategy import Strategy
 from gangq.queue.kubesim.tokenreview import TokenReviews
-from gangq.queue.kubesim.validation import core, crd, dra, pods, rbac
+from gangq.queue.kubesim.validation import core, crd, dra, pods, rbac, scheduling
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
-def _strategies() -> dict[str, Strategy]:
+def _strategies(*, podgroups: bool) -> dict[str, Strategy]:
     return {
         kinds.NAMESPACES.key: core.NamespaceStrategy(),
         kinds.NODES.key: core.NodeStrategy(),
-        kinds.PODS.key: pods.PodStrategy(),
+        kinds.PODS.key: pods.PodStrategy(scheduling_groups=podgroups),
         "/services": core.ServiceStrategy(),
         "/configmaps": core.ConfigMapStrategy(),
         kinds.EVENTS.key: core.EventStrategy(),
@@ -58,14 +59,17 @@ def _strategies() -> dict[str, Strategy]:
     }
 
 
-def new_registry(*, history_size: int = WATCH_WINDOW) -> Registry:
-    """A registry with every built-in type installed, the system namespaces and the bootstrap
-    RBAC roles created."""
+def new_registry(*, history_size: int = WATCH_WINDOW, podgroups: bool = False) -> Registry:
+    """A registry with every built-in type installed (with `podgroups`, also
+    scheduling.k8s.io/v1alpha2), the system namespaces and the bootstrap RBAC roles created."""
     registry = Registry(Storage(history_size=history_size))
-    strategies = _strategies()
+    strategies = _strategies(podgroups=podgroups)
     for rt in kinds.BUILTIN:
         registry.install(rt, strategies.get(rt.key, Strategy()))
     registry.install(kinds.EVENTS_V1, core.EventsV1Strategy())
+    if podgroups:
+        registry.install(kinds.WORKLOADS, scheduling.WorkloadStrategy())
+        registry.install(kinds.PODGROUPS, scheduling.PodGroupStrategy())
     for name in SYSTEM_NAMESPACES:
         registry.create(kinds.NAMESPACES, "", {"metadata": {"name": name}})
     authorization.bootstrap(registry)
@@ -104,6 +108,12 @@ class Emulator:
     ready_seconds: float = 0.0
     """How long a bound pod stays Pending before its kubelet reports it Running and Ready."""
     scheduling: bool = True
+    podgroups: bool = False
+    """What the alpha feature gates GenericWorkload, GangScheduling and
+    DRAWorkloadResourceClaims turn on (off by default, like the gates): Workloads and PodGroups
+    (scheduling.k8s.io/v1alpha2) are served, pods keep `spec.schedulingGroup`, the scheduler
+    runs the GangScheduling plugin and the podgroup-protection controller runs. Off, none of it
+    is served and a pod's `spec.schedulingGroup` is dropped without a warning."""
     history_size: int = WATCH_WINDOW
     """Events a watch can resume from; an older resourceVersion gets one 410 ERROR event."""
     bookmark_interval: float = 60.0
@@ -115,6 +125,8 @@ class Emulator:
     """RBAC over the stored roles and bindings; `authorizer.requested` holds what each user
     asked for."""
     scheduler: Scheduler = field(init=False)
+    """Its `reasons` say why pods are pending, its `gang_cycles` how many pod-group cycles each
+    PodGroup took (with `podgroups`)."""
     kubelets: Kubelets = field(init=False)
     device_taints: DeviceTaintEviction = field(init=False)
     node_taints: NodeTaintEviction = field(init=False)
@@ -126,7 +138,7 @@ class Emulator:
         return f"http://127.0.0.1:{self.port}"
 
     async def __aenter__(self) -> Emulator:
-        self.registry = new_registry(history_size=self.history_size)
+        self.registry = new_registry(history_size=self.history_size, podgroups=self.podgroups)
         if self.inventory is not None:
             seed(self.registry, self.inventory)
         for path in self.crds:
@@ -148,7 +160,7 @@ class Emulator:
         await site.start()
         self.port = int(self._runner.addresses[0][1])
         server.address = f"127.0.0.1:{self.port}"
-        self.scheduler = Scheduler(self.registry)
+        self.scheduler = Scheduler(self.registry, podgroups=self.podgroups)
         if self.scheduling:
             self._tasks.append(asyncio.create_task(self.scheduler.run(), name="kubesim-scheduler"))
         self._tasks.append(asyncio.create_task(self.kubelets.run(), name="kubesim-kubelets"))
@@ -160,6 +172,11 @@ class Emulator:
         self._tasks.append(
             asyncio.create_task(self.node_taints.run(), name="kubesim-taint-eviction")
         )
+        if self.podgroups:
+            protection = PodGroupProtection(self.registry)
+            self._tasks.append(
+                asyncio.create_task(protection.run(), name="kubesim-podgroup-protection")
+            )
         await asyncio.sleep(0)
         return self
 

@@ -1,4 +1,5 @@
-"""Node filters of the simulated kube-scheduler: readiness, taints, selectors, affinity, fit.
+"""Node filters of the simulated kube-scheduler: readiness, taints, selectors, affinity, host
+ports, fit.
 
 Owns the answer to "may this pod run on this node, ignoring devices?" and the reason when not,
 in kube-scheduler's words. Pure: reads plain objects, returns a reason string or None.
@@ -33,6 +34,33 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
         for name, total in list(totals.items()):
             totals[name] = max(total, _milli(requests.get(name, 0)))
     return totals
+
+
+HostPort = tuple[str, str, int]
+"""(protocol, hostIP, hostPort) a container asks of its node."""
+PORTS_TAKEN = "node(s) didn't have free ports for the requested pod ports"
+_ANY_IP = ("", "0.0.0.0")
+
+
+def host_ports(pod: Mapping[str, Any]) -> frozenset[HostPort]:
+    spec = pod.get("spec") or {}
+    return frozenset(
+        (str(port.get("protocol") or "TCP"), str(port.get("hostIP") or ""), int(port["hostPort"]))
+        for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+        for port in container.get("ports") or []
+        if isinstance(port, Mapping) and isinstance(port.get("hostPort"), int) and port["hostPort"]
+    )
+
+
+def _ports_conflict(wanted: Iterable[HostPort], used: Iterable[HostPort]) -> bool:
+    """NodePorts: the same protocol and port on the same or a wildcard address."""
+    return any(
+        protocol == other_protocol
+        and port == other_port
+        and (ip == other_ip or ip in _ANY_IP or other_ip in _ANY_IP)
+        for protocol, ip, port in wanted
+        for other_protocol, other_ip, other_port in used
+    )
 
 
 def is_ready(node: Mapping[str, Any]) -> bool:
@@ -95,9 +123,15 @@ def matches_node_selector(selector: Mapping[str, Any] | None, node: Mapping[str,
 
 
 def reject_reason(
-    pod: Mapping[str, Any], node: Mapping[str, Any], *, used: Mapping[str, int], pod_count: int
+    pod: Mapping[str, Any],
+    node: Mapping[str, Any],
+    *,
+    used: Mapping[str, int],
+    pod_count: int,
+    ports: Iterable[HostPort] = (),
 ) -> str | None:
-    """Why the node cannot take the pod (devices aside), or None when it can."""
+    """Why the node cannot take the pod (devices aside), or None when it can, checked in the
+    order of kube-scheduler's filters; `ports` are the host ports the node's pods hold."""
     spec = pod.get("spec") or {}
     if not is_ready(node) or (node.get("spec") or {}).get("unschedulable"):
         return "node(s) were unschedulable or not ready"
@@ -114,6 +148,9 @@ def reject_reason(
     )
     if affinity and not matches_node_selector(affinity, node):
         return "node(s) didn't match Pod's node affinity/selector"
+    wanted = host_ports(pod)
+    if wanted and _ports_conflict(wanted, ports):
+        return PORTS_TAKEN
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     if pod_count + 1 > _milli(allocatable.get("pods", 110)) // 1000:
         return "Too many pods"

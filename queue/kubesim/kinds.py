@@ -208,6 +208,22 @@ EVENTS_V1 = ResourceType(
 )
 """events.k8s.io/v1 Events: a view of the core/v1 Events (one storage, two shapes)."""
 
+WORKLOADS = ResourceType(
+    "scheduling.k8s.io", "v1alpha2", "workloads", "workload", "Workload", namespaced=True
+)
+PODGROUPS = ResourceType(
+    "scheduling.k8s.io",
+    "v1alpha2",
+    "podgroups",
+    "podgroup",
+    "PodGroup",
+    namespaced=True,
+    has_status=True,
+)
+GANG_SCHEDULING = (WORKLOADS, PODGROUPS)
+"""scheduling.k8s.io/v1alpha2: served only with the alpha feature gates GenericWorkload and
+GangScheduling on (`Emulator(podgroups=True)`); Workloads have no status subresource (12-01)."""
+
 PODS = BUILTIN[2]
 NAMESPACES = BUILTIN[0]
 NODES = BUILTIN[1]

@@ -138,6 +138,7 @@ class Registry:
             causes += meta.finalizer_causes(obj) + strategy.validate_create(obj, self)
         if causes:
             raise status.invalid(rt.kind, rt.error_group, name, causes)
+        strategy.admit(obj, self)
         name = self._free_name(rt, metadata, name)
         if dry_run:
             return Written(obj, warnings, created=True)

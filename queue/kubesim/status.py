@@ -81,8 +81,9 @@ def required(path: str, detail: str = "") -> Cause:
     return Cause(path, "FieldValueRequired", "Required value" + (f": {detail}" if detail else ""))
 
 
-def forbidden(path: str, detail: str) -> Cause:
-    return Cause(path, "FieldValueForbidden", f"Forbidden: {detail}")
+def forbidden(path: str, detail: str = "") -> Cause:
+    """A refused field; some rules give no detail at all (a PodGroup's disruptionMode, 12-86)."""
+    return Cause(path, "FieldValueForbidden", "Forbidden" + (f": {detail}" if detail else ""))
 
 
 def not_supported(path: str, value: Any, supported: list[Any]) -> Cause:
@@ -162,6 +163,17 @@ def conflict(plural: str, group: str, name: str, detail: str | None = None) -> A
         409,
         "Conflict",
         f'Operation cannot be fulfilled on {qualified_resource(plural, group)} "{name}": {text}',
+        details=_resource_details(name, plural, group),
+    )
+
+
+def refused(plural: str, group: str, name: str, detail: str) -> ApiError:
+    """The 403 an admission plugin answers (apierrors.NewForbidden), e.g. PodGroupWorkloadExists
+    (corpus 12-13, 12-90)."""
+    return ApiError(
+        403,
+        "Forbidden",
+        f'{qualified_resource(plural, group)} "{name}" is forbidden: {detail}',
         details=_resource_details(name, plural, group),
     )
 

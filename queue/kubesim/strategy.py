@@ -83,6 +83,9 @@ class Strategy:
     ) -> list[status.Cause]:
         return self.validate_update(new, old, registry)
 
+    def admit(self, obj: dict[str, Any], registry: Registry) -> None:
+        """Validating admission of a valid new object: raise the plugin's refusal (a 403)."""
+
     def deletion_finalizers(self, obj: dict[str, Any]) -> list[str]:
         """System finalizers the server adds when deletion starts (a CRD's instance cleanup)."""
         return []

@@ -1,9 +1,9 @@
 """`kubectl get` Tables: the columns and cells the real server prints for each kind.
 
 Owns the meta.k8s.io/v1 Table rendering: the built-in printers gangq users look at (pods,
-nodes, namespaces, resourceclaims, as kube-apiserver's printers define them), a custom
-resource's `additionalPrinterColumns`, and the Name/Created At default of every other kind.
-It must not filter or page: it renders the list `listing.py` produced.
+nodes, namespaces, resourceclaims, podgroups, workloads, as kube-apiserver's printers define
+them), a custom resource's `additionalPrinterColumns`, and the Name/Created At default of
+every other kind. It must not filter or page: it renders the list `listing.py` produced.
 """
 
 from __future__ import annotations
@@ -295,11 +295,39 @@ CLAIM_COLUMNS = (
     AGE,
 )
 
+
+def _podgroup_cells(group: dict[str, Any], now: datetime) -> list[Any]:
+    """Policy, the referenced Workload, and the PodGroupScheduled condition as a word (12-96)."""
+    spec = group.get("spec") or {}
+    policy = spec.get("schedulingPolicy") or {}
+    kind = "Gang" if policy.get("gang") is not None else "Basic" if "basic" in policy else ""
+    workload = ((spec.get("podGroupTemplateRef") or {}).get("workload") or {}).get("workloadName")
+    state = "Pending"
+    for condition in (group.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodGroupScheduled":
+            state = "Scheduled" if condition.get("status") == "True" else "Unschedulable"
+    return [kind, workload or NONE, state, _created(group, now)]
+
+
+PODGROUP_COLUMNS = (
+    _column(
+        "Policy",
+        "SchedulingPolicy defines the scheduling policy for this instance of the PodGroup. "
+        "Controllers are expected to fill this field by copying it from a PodGroupTemplate. "
+        "This field is immutable.",
+    ),
+    _column("Workload", "Name of the referenced Workload object"),
+    _column("Status", "Status of the PodGroup"),
+    AGE,
+)
+
 PRINTERS: dict[str, tuple[tuple[dict[str, Any], ...], Cells]] = {
     kinds.PODS.key: (POD_COLUMNS, _pod_cells),
     kinds.NODES.key: (NODE_COLUMNS, _node_cells),
     kinds.NAMESPACES.key: (NAMESPACE_COLUMNS, _namespace_cells),
     kinds.RESOURCE_CLAIMS.key: (CLAIM_COLUMNS, _claim_cells),
+    kinds.PODGROUPS.key: (PODGROUP_COLUMNS, _podgroup_cells),
+    kinds.WORKLOADS.key: ((AGE,), lambda workload, now: [_created(workload, now)]),
 }
 """Built-in kinds with a printer; the others get the default Name/Created At table."""
 

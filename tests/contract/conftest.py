@@ -21,6 +21,7 @@ import aiohttp
 import pytest
 
 from gangq.queue.kubesim import kinds
+from gangq.queue.kubesim.cluster import Inventory
 from gangq.queue.kubesim.emulator import Emulator
 
 CORPUS = Path(__file__).resolve().parent / "reference"
@@ -205,6 +206,35 @@ async def reference() -> AsyncIterator[Replay]:
             created = await replay.replay("0-01")
             assert created.status == 201
             yield replay
+
+
+GANG_NAMESPACE = "pg-ref"
+GANG_NODES = Inventory(nodes=10)
+"""Section 12's cluster: gpu-0..gpu-9, pools named after their nodes with devices gpu-0..gpu-7
+of driver gpu.nvidia.com (claims c-0, shared, 12-62, 12-72), two of them tainted (the
+FitError of 12-29b counts 2 nodes with untolerated taints)."""
+GANG_TAINTED = ("gpu-8", "gpu-9")
+
+
+@pytest.fixture
+async def gang_reference() -> AsyncIterator[Replay]:
+    """A fresh emulator with the gang scheduling gates on (section 12), seeded like the
+    captured cluster, with its work namespace pg-ref."""
+    async with Emulator(
+        inventory=GANG_NODES, token=TOKEN, ready_seconds=READY_SECONDS, podgroups=True
+    ) as cluster:
+        registry = cluster.registry
+        for name in GANG_TAINTED:
+            taint = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+            node = registry.get(kinds.NODES, "", name)
+            node["spec"]["taints"] = [taint]
+            registry.update(kinds.NODES, "", name, node)
+        labels = {"gangq.dev/admission-exempt": "true"}
+        registry.create(
+            kinds.NAMESPACES, "", {"metadata": {"name": GANG_NAMESPACE, "labels": labels}}
+        )
+        async with aiohttp.ClientSession() as session:
+            yield Replay(cluster, session)
 
 
 def until(path: str, check: Callable[[Any], bool]) -> Callable[[Replay], Awaitable[Any]]:

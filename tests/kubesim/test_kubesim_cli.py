@@ -97,6 +97,26 @@ async def test_cluster_up_publishes_partitioned_and_shared_gpus(tmp_path: Path) 
     ]
 
 
+async def test_cluster_up_podgroups_serves_the_gang_scheduling_api(tmp_path: Path) -> None:
+    async with _serving(tmp_path, "--nodes", "2", "--podgroups") as api:
+        groups = (await client.ApisApi(api).get_api_versions()).groups
+        created = await client.CustomObjectsApi(api).create_namespaced_custom_object(
+            "scheduling.k8s.io",
+            "v1alpha2",
+            "default",
+            "podgroups",
+            {
+                "apiVersion": "scheduling.k8s.io/v1alpha2",
+                "kind": "PodGroup",
+                "metadata": {"name": "g"},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+            },
+        )
+    served = {group.name: [v.version for v in group.versions] for group in groups}
+    assert served["scheduling.k8s.io"] == ["v1alpha2"]
+    assert created["metadata"]["finalizers"] == ["scheduling.k8s.io/podgroup-protection"]
+
+
 def test_cluster_up_rejects_bad_arguments_with_a_message() -> None:
     result = subprocess.run(
         [sys.executable, "-c", COMMAND, "cluster", "up", "--nodes", "0"],

@@ -1,10 +1,10 @@
 """JSON type checks of built-in kinds, the part of decoding a Go server does before validating.
 
 Owns the expected JSON types of the fields the emulator reads (ObjectMeta and the specs of
-pods, events, leases, DRA objects, services, nodes and CRDs), so a wrongly typed field is a
-400 decode error with the field's path instead of a failure deep in validation. Unknown
-fields are not this module's business (see `Strategy.prune`); custom resources are typed by
-their own schema.
+pods, events, leases, DRA objects, Workloads, PodGroups, services, nodes and CRDs), so a
+wrongly typed field is a 400 decode error with the field's path instead of a failure deep in
+validation. Unknown fields are not this module's business (see `Strategy.prune`); custom
+resources are typed by their own schema.
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ POD_SPEC = {
     "restartPolicy": STRING,
     "schedulerName": STRING,
     "volumes": [OBJECT],
+    "schedulingGroup": {"podGroupName": STRING},
 }
 DEVICE_REQUEST = {
     "deviceClassName": STRING,
@@ -99,6 +100,7 @@ CLAIM_SPEC = {
         "config": [OBJECT],
     }
 }
+SCHEDULING_POLICY = {"basic": OBJECT, "gang": {"minCount": INTEGER}}
 REFERENCE = {
     "kind": STRING,
     "namespace": STRING,
@@ -173,6 +175,31 @@ SHAPES: dict[str, dict[str, Shape]] = {
                 }
             ],
         }
+    },
+    "scheduling.k8s.io/workloads": {
+        "spec": {
+            "controllerRef": {"apiGroup": STRING, "kind": STRING, "name": STRING},
+            "podGroupTemplates": [
+                {
+                    "name": STRING,
+                    "schedulingPolicy": SCHEDULING_POLICY,
+                    "schedulingConstraints": OBJECT,
+                }
+            ],
+        }
+    },
+    "scheduling.k8s.io/podgroups": {
+        "spec": {
+            "podGroupTemplateRef": {
+                "workload": {"workloadName": STRING, "podGroupTemplateName": STRING}
+            },
+            "schedulingPolicy": SCHEDULING_POLICY,
+            "disruptionMode": STRING,
+            "resourceClaims": [
+                {"name": STRING, "resourceClaimName": STRING, "resourceClaimTemplateName": STRING}
+            ],
+        },
+        "status": {"conditions": [OBJECT]},
     },
     "/services": {
         "spec": {"ports": [OBJECT], "clusterIP": STRING, "selector": STRINGS, "type": STRING}

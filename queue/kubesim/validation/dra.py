@@ -3,8 +3,9 @@
 Owns the structural validation the real API server applies (corpus section 5): request names,
 counts and CEL compilation on create; an immutable spec; an allocation whose results name the
 claim's requests and that can only be set or cleared, never changed; `reservedFor` only with an
-allocation. Like the real server it accepts devices no ResourceSlice publishes, but it records
-each such allocation in `phantom_allocations` for tests. It must not allocate (see scheduler.py).
+allocation and each consumer in it once. Like the real server it accepts devices no
+ResourceSlice publishes, but it records each such allocation in `phantom_allocations` for
+tests. It must not allocate (see scheduler.py).
 """
 
 from __future__ import annotations
@@ -266,6 +267,9 @@ def _status_causes(
                 "status.reservedFor", "may not be specified when `allocated` is not set"
             )
         ]
+    duplicates = _duplicate_consumers(new_status.get("reservedFor") or [])
+    if duplicates:
+        return duplicates
     if previous and allocation and allocation != previous:
         return [_immutable("status.allocation", allocation)]
     if not allocation or previous:
@@ -287,6 +291,19 @@ def _status_causes(
             causes.append(status.invalid_value(f"{path}.device", device, meta.DNS_LABEL_MESSAGE))
         if result.get("shareID") is not None:
             causes += _share_id_causes(f"{path}.shareID", result["shareID"])
+    return causes
+
+
+def _duplicate_consumers(reserved: list[Any]) -> list[status.Cause]:
+    """Each consumer once, by uid (corpus 12-74: kube-scheduler's second PreBind of a pod group
+    claim was refused so)."""
+    seen: set[str] = set()
+    causes: list[status.Cause] = []
+    for index, consumer in enumerate(reserved):
+        uid = str((consumer or {}).get("uid") or "")
+        if uid in seen:
+            causes.append(status.duplicate(f"status.reservedFor[{index}]", uid))
+        seen.add(uid)
     return causes
 
 

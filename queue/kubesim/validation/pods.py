@@ -1,9 +1,11 @@
 """Pods: defaults, create/update validation (scheduling gates!), binding and eviction.
 
 Owns the rules the real API server applies to core/v1 Pods that gangq relies on: gates may
-only be removed, gates and nodeName exclude each other, a bound pod's spec is immutable except
+only be removed, gates and nodeName exclude each other, a pod's spec is immutable except
 images, activeDeadlineSeconds and added tolerations, and binding a gated or bound pod is a
-409. It must not schedule: `scheduler.py` decides where pods go and calls `bind`.
+409. `spec.schedulingGroup` (the PodGroup a pod belongs to) is validated when the
+GenericWorkload gate is on and, like any field of a disabled gate, silently dropped when it is
+off. It must not schedule: `scheduler.py` decides where pods go and calls `bind`.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ SPEC_FIELDS = frozenset(
         "runtimeClassName",
         "schedulerName",
         "schedulingGates",
+        "schedulingGroup",
         "securityContext",
         "serviceAccount",
         "serviceAccountName",
@@ -127,9 +130,16 @@ class PodStrategy(Strategy):
     returns_deleted_object = True
     status_applies_metadata = True
 
+    def __init__(self, *, scheduling_groups: bool = False) -> None:
+        self.scheduling_groups = scheduling_groups
+        """GenericWorkload on: `spec.schedulingGroup` is kept and validated."""
+
     def prune(self, obj: dict[str, Any]) -> list[str]:
         unknown = [key for key in obj if key not in _TOP_FIELDS]
         spec = obj.get("spec")
+        if isinstance(spec, dict) and not self.scheduling_groups:
+            # A known field of a disabled gate: dropped without a warning (dropDisabledPodFields).
+            spec.pop("schedulingGroup", None)
         if isinstance(spec, dict):
             unknown += [f"spec.{key}" for key in spec if key not in SPEC_FIELDS]
             for key in [key for key in spec if key not in SPEC_FIELDS]:
@@ -211,7 +221,7 @@ class PodStrategy(Strategy):
             seen.add(name)
             if not container.get("image"):
                 causes.append(status.required(f"spec.containers[{index}].image"))
-        causes += _gate_causes(spec)
+        causes += _gate_causes(spec) + _scheduling_group_causes(spec)
         if spec.get("schedulingGates") and spec.get("nodeName"):
             causes.append(
                 status.forbidden(
@@ -268,6 +278,21 @@ def _gate_causes(spec: dict[str, Any]) -> list[status.Cause]:
             causes.append(status.duplicate(path, name))
         seen.add(name)
     return causes
+
+
+def _scheduling_group_causes(spec: dict[str, Any]) -> list[status.Cause]:
+    """A one-of union with a single member (corpus 12-82) naming a DNS subdomain (12-83); it is
+    immutable like the rest of the spec (12-78, 12-79, 12-81)."""
+    group = spec.get("schedulingGroup")
+    if group is None:
+        return []
+    path = "spec.schedulingGroup.podGroupName"
+    name = group.get("podGroupName") if isinstance(group, dict) else None
+    if name is None:
+        return [status.invalid_value(path, None, "must specify one of: `podGroupName`")]
+    if not meta.is_dns_subdomain(str(name)):
+        return [status.invalid_value(path, name, meta.DNS_SUBDOMAIN_MESSAGE)]
+    return []
 
 
 def _comparable(spec: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
