@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from gangq.queue.core import model
-from gangq.queue.kube import cache, resources
+from gangq.queue.core.inventory import JOB_NAME_LABEL
+from gangq.queue.kube import cache, podgroups, resources
 
 FOLLOW_SECONDS = 0.5
 """How stale the API's view may be: the controller's loop checks its caches this often."""
@@ -27,6 +28,10 @@ class Snapshot:
     inventory: model.Inventory | None = None
     tenants: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """namespace -> tenant (the `gangq.dev/tenant` label), as the controller assigns jobs."""
+    pod_groups: Mapping[str, tuple[podgroups.Scheduled, ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    """`namespace/job` -> its gangs' PodGroups as kube-scheduler left them (none without)."""
 
 
 class PublishedCluster:
@@ -45,6 +50,10 @@ class PublishedCluster:
         """None when no synced namespace of that name carries a tenant."""
         return self._snapshot.tenants.get(namespace)
 
+    def pod_groups_of(self, key: str) -> tuple[podgroups.Scheduled, ...]:
+        """The PodGroups of TrainingJob `namespace/name`, oldest first."""
+        return self._snapshot.pod_groups.get(key, ())
+
     @property
     def is_synced(self) -> bool:
         return self._snapshot.inventory is not None
@@ -60,7 +69,22 @@ def snapshot_of(cluster: cache.ClusterCache) -> Snapshot:
         for name in list(cluster.objects(resources.NAMESPACES))
         if (tenant := cluster.tenant_of(name)) is not None
     }
-    return Snapshot(inventory=inventory, tenants=MappingProxyType(tenants))
+    groups: dict[str, list[podgroups.Scheduled]] = {}
+    if cluster.pod_groups:
+        for group in cluster.objects(resources.POD_GROUPS).values():
+            meta = group.get("metadata") or {}
+            job = (meta.get("labels") or {}).get(JOB_NAME_LABEL)
+            if job:
+                groups.setdefault(f"{meta.get('namespace')}/{job}", []).append(
+                    podgroups.shown(group)
+                )
+    return Snapshot(
+        inventory=inventory,
+        tenants=MappingProxyType(tenants),
+        pod_groups=MappingProxyType(
+            {key: tuple(sorted(found, key=lambda g: g.created)) for key, found in groups.items()}
+        ),
+    )
 
 
 async def follow(

@@ -17,7 +17,7 @@ from pydantic_core import PydanticCustomError
 
 from gangq.api import redaction
 from gangq.queue.core import capacity, explain, model
-from gangq.queue.kube import scale, status
+from gangq.queue.kube import objects, podgroups, scale, status
 from gangq.queue.store import events, jobs, runs, tenants
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
@@ -299,12 +299,42 @@ class GangDetailOut(Schema):
         )
 
 
+class PodGroupOut(Schema):
+    """A PodGroup of the job's gangs and what kube-scheduler last said of it."""
+
+    name: str
+    min_count: int = Field(description="pods kube-scheduler binds together, or none of them")
+    scheduled: str = Field(
+        description="condition PodGroupScheduled: True (bound together), False (cannot be "
+        "bound now) or Pending (not tried yet)"
+    )
+    reason: str
+    message: str
+    since: datetime | None = Field(description="when the condition last changed")
+
+    @classmethod
+    def of(cls, group: podgroups.Scheduled) -> PodGroupOut:
+        return cls(
+            name=group.name,
+            min_count=group.min_count,
+            scheduled=group.status,
+            reason=group.reason,
+            message=group.message,
+            since=instant(objects.parse_rfc3339(group.since)),
+        )
+
+
 class JobDetailOut(GangDetailOut):
     prediction: PredictionOut | None = None
     scale_ups: list[GangDetailOut] = Field(
         default_factory=list,
         description="a job's scale-up gangs, oldest first, finished ones included (PRODUCT "
         "§5); empty for a scale-up gang itself",
+    )
+    pod_groups: list[PodGroupOut] = Field(
+        default_factory=list,
+        description="the PodGroups of the job's running or starting gangs, oldest first "
+        "(Kubernetes 1.35+ with gang scheduling on; empty elsewhere and once a gang ended)",
     )
 
     @classmethod
@@ -316,11 +346,13 @@ class JobDetailOut(GangDetailOut):
         redact: redaction.Redact = redaction.identity,
         estimate: runs.Estimate | None = None,
         scale_ups: Sequence[jobs.JobDetail] = (),
+        pod_groups: Sequence[podgroups.Scheduled] = (),
     ) -> JobDetailOut:
         return cls(
             **dict(GangDetailOut.of(detail, now=now, redact=redact)),
             prediction=None if estimate is None else PredictionOut.of(estimate),
             scale_ups=[GangDetailOut.of(gang, now=now, redact=redact) for gang in scale_ups],
+            pod_groups=[PodGroupOut.of(group) for group in pod_groups],
         )
 
 

@@ -9,7 +9,7 @@ values to the decision core.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -150,6 +150,14 @@ class ControllerSettings(BaseSettings):
     serving_forecast_days: int | None = Field(default=7, ge=2)
     """Days of admissions of the tiers that always preempt that their next daily scale-up is
     forecast from, to keep a place cheap to clear before it (docs/sim.md); null: off."""
+    pod_groups: Literal["auto", "on", "off"] = "auto"
+    """Give every released gang a PodGroup (`scheduling.k8s.io/v1alpha2`), so kube-scheduler
+    binds its pods together or not at all: `auto` where the API server serves podgroups, `on`
+    refuses to start without them, `off` never (docs/podgroups.md)."""
+    pod_group_bind_timeout_s: float = Field(default=30.0, gt=0)
+    """A released gang with a PodGroup that kube-scheduler has called unschedulable for this
+    long is torn down and queued again: the scheduler retries such a group with no backoff,
+    thousands of times a second, until its pods are gone."""
     cycle_interval_s: float = Field(default=5.0, gt=0)
     """Longest pause between two cycles when nothing wakes the loop (polling safety net)."""
     coalesce_s: float = Field(default=0.05, ge=0)

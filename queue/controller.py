@@ -63,6 +63,7 @@ async def run_controller(
     """
     now = clock or time.time
     view = cluster or cache.ClusterCache(api_client, settings=settings)
+    await view.use_pod_groups()
     registry = metrics or gangq_metrics.create_metrics()
     sessions = database.session_factory(engine)
     url = engine.url.render_as_string(hide_password=False)

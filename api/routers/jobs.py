@@ -122,10 +122,17 @@ async def get_job(
         if scale.first_replica(detail.job.key)
         else await jobs.get_entries(session, namespace, uid_prefix=scale.uid_prefix(detail.job.uid))
     )
+    view = request.app.state.cluster
+    job_name = scale.split_name(name)[0]
     return schemas.JobDetailOut.of(
         detail,
         now=now,
         redact=redactor(request, principal, namespace=namespace),
         estimate=estimate,
         scale_ups=scale_ups,
+        pod_groups=(
+            view.pod_groups_of(f"{namespace}/{job_name}")
+            if isinstance(view, published.PublishedCluster)
+            else ()
+        ),
     )

@@ -86,6 +86,14 @@ async function detail(namespace, name) {
       scaleUps.map(({ job: g }) => [g.name, replicaRange(g), g.phase, when(g.submittedAt),
         when(g.admittedAt), when(g.finishedAt), g.reason ? g.reason.message : ""])));
   }
+  const groups = body.podGroups || [];
+  if (groups.length) {
+    root.append(el("h2", {}, "Pod groups"));
+    root.append(table("kube-scheduler binds each group's pods together, or none of them",
+      ["Pod group", "Min count", "Scheduled", "Since", "Message"],
+      groups.map((g) => [el("code", {}, g.name), g.minCount, g.scheduled, when(g.since),
+        g.message || g.reason || "—"])));
+  }
   root.append(el("h2", {}, "Logs"));
   const last = Math.max(first + (job.size ?? job.replicas),
     ...live.map((g) => g.job.scaleUp.firstReplica + g.job.replicas));

@@ -20,6 +20,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -64,9 +65,10 @@ ENDED_HISTORY = text(
 
 
 async def measure(
-    args: argparse.Namespace, *, echo: Callable[[str], None]
+    args: argparse.Namespace, *, echo: Callable[[str], None], podgroups: bool = False
 ) -> tuple[dict[str, Any], bool]:
-    """The figures, and whether every job was released and ended before the deadline."""
+    """The figures, and whether every job was released and ended before the deadline;
+    `podgroups`: on a cluster that serves PodGroups (the controller's `auto` uses them)."""
     jobs = workload.jobs(args.jobs, tenants=args.tenants, seed=args.seed)
     observed = releases.Releases()
     for job in jobs:
@@ -84,6 +86,7 @@ async def measure(
                 racks=max(2, args.nodes // 16),
                 crd=runner.default_crd(),
                 ready_seconds=READY_SECONDS,
+                podgroups=podgroups,
             )
         )
         api_client = await exits.enter_async_context(client.ApiClient(served.configuration))
@@ -93,8 +96,17 @@ async def measure(
         startup_cpu_s, cpu = await _start_controller(exits, args, served=served, url=url)
         before = await api_writes.read(served.configuration)
         echo(f"cluster of {args.nodes} nodes ready; submitting {args.jobs} jobs")
-        finished = await _submit_and_wait(api_client, jobs, observed, ended, args=args, echo=echo)
+        lists = _Lists()
+        listing = asyncio.create_task(lists.run(Kube(api_client)), name="gangq-bench-lists")
+        try:
+            finished = await _submit_and_wait(
+                api_client, jobs, observed, ended, args=args, echo=echo
+            )
+        finally:
+            await _cancel(listing)
         figures = observed.figures(now=time.monotonic())
+        figures["pod_lists"] = lists.taken
+        figures["pod_lists_with_a_gang_partly_bound"] = lists.partly_bound
         await asyncio.sleep(SETTLE_SECONDS)
         after = await api_writes.read(served.configuration)
         submitted = Counter({f"POST {player.PLURAL}": len(jobs)})
@@ -121,6 +133,22 @@ async def measure(
             figures["controller_cpu_ms_per_job"] * 1000 / cost_us, 1
         )
     return figures, finished
+
+
+@dataclass(eq=False)
+class _Lists:
+    """A client that LISTs every pod without pause, as a dashboard or an audit would, and
+    counts the consistent LISTs in which some gang attempt is partly bound to nodes."""
+
+    taken: int = 0
+    partly_bound: int = 0
+
+    async def run(self, kube: Kube) -> None:
+        while True:
+            answer = await kube.list(resources.PODS, query=releases.LIVE_PODS)
+            self.taken += 1
+            if releases.partly_bound(answer.get("items") or []):
+                self.partly_bound += 1
 
 
 async def _submit_and_wait(

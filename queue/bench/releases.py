@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gangq.queue.core import inventory
+from gangq.queue.kube.objects import ADMISSION, GANG_LABEL
 
 
 @dataclass(eq=False)
@@ -83,3 +84,27 @@ def percentile(values: list[float], rank: float) -> float:
     ordered = sorted(values)
     index = max(math.ceil(rank / 100 * len(ordered)) - 1, 0)
     return ordered[index]
+
+
+LIVE_PODS = {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"}
+"""A LIST of the pods not terminated: the kept pods of ended gangs cannot be partly bound, and
+would make every LIST heavier as the run goes on."""
+
+
+def partly_bound(pods: list[dict[str, Any]]) -> int:
+    """Gang attempts some but not all of whose listed pods are bound to a node, in one
+    consistent LIST: what a PodGroup rules out. An attempt is its gang label and admission
+    stamp (pods keep their names across attempts); pods of one-pod gangs never count."""
+    bound: dict[tuple[str, str, str], set[bool]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        gang = (meta.get("labels") or {}).get(GANG_LABEL)
+        if not gang:
+            continue
+        attempt = (
+            str(meta.get("namespace")),
+            gang,
+            (meta.get("annotations") or {}).get(ADMISSION, ""),
+        )
+        bound.setdefault(attempt, set()).add(bool((pod.get("spec") or {}).get("nodeName")))
+    return sum(1 for states in bound.values() if len(states) > 1)

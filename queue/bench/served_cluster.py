@@ -43,9 +43,10 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def served_cluster(
-    *, nodes: int, racks: int, crd: Path, ready_seconds: float
+    *, nodes: int, racks: int, crd: Path, ready_seconds: float, podgroups: bool = False
 ) -> AsyncIterator[Served]:
-    """The client configuration of a cluster serving until the context ends."""
+    """The client configuration of a cluster serving until the context ends; `podgroups`
+    serves PodGroups as Kubernetes 1.36 with the GangScheduling gates does."""
     with tempfile.TemporaryDirectory(prefix="gangq-bench-") as directory:
         kubeconfig = Path(directory) / "kubeconfig"
         controller_kubeconfig = Path(directory) / "controller.kubeconfig"
@@ -63,6 +64,7 @@ async def served_cluster(
             # Without a token the emulator checks no permissions: the controller would be admin.
             f"--token={secrets.token_hex(16)}",
             f"--controller-kubeconfig={controller_kubeconfig}",
+            *(["--podgroups"] if podgroups else []),
             stdout=asyncio.subprocess.PIPE,
         )
         try:

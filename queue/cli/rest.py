@@ -235,6 +235,15 @@ def show_job(args: argparse.Namespace) -> int:
         print("\nPlacement:" if held else "\nLast attempt ran on (devices released):")
         placement = [(str(p["replica"]), p["node"], ", ".join(p["devices"])) for p in ran]
         print(table.render(("replica", "node", "devices"), placement))
+    groups = detail.get("podGroups") or []
+    if groups:
+        # kube-scheduler's word on each gang's PodGroup: bound together, or why not yet.
+        print("\nPod groups:")
+        rows = [
+            (g["name"], str(g["minCount"]), g["scheduled"], g["message"] or g["reason"] or "-")
+            for g in groups
+        ]
+        print(table.render(("pod group", "min", "scheduled", "message"), rows))
     print("\nHistory:")
     history = [(e["at"], e["kind"], e["actor"], e["reason"]) for e in detail["history"]]
     print(table.render(("time", "event", "by", "reason"), history))

@@ -80,11 +80,18 @@ class Actuator:
     """Writes for one controller process; `devices` resolves reserved ids to published devices."""
 
     def __init__(
-        self, kube: Kube, *, settings: ControllerSettings, clock: Callable[[], float]
+        self,
+        kube: Kube,
+        *,
+        settings: ControllerSettings,
+        clock: Callable[[], float],
+        pod_groups: bool = False,
     ) -> None:
         self.kube = kube
         self.settings = settings
         self.clock = clock
+        self.pod_groups = pod_groups
+        """Releases of two or more pods go with a PodGroup (module `podgroups`)."""
 
     async def build(
         self,
@@ -107,6 +114,11 @@ class Actuator:
         released in one step. A refused write leaves the replica incomplete, and the next step
         picks up from what the caches show then. Returns the release skew in seconds, None
         while incomplete.
+
+        With PodGroups, the group comes first and every pod is made gated in it: the
+        scheduler binds none of them before all are released, so the first pod need not go
+        first (made ungated alone, it would meet the group short of members and be told it
+        is unschedulable at every release).
         """
         job = gang.job
         assert job is not None
@@ -122,6 +134,9 @@ class Actuator:
             return None
         if objects.needs_service(spec) and not gang.pods:
             await _create(self.kube, resources.SERVICES, objects.service(job))
+        group = await self._group(gang, [p.replica for p in gang.placement])
+        if group == "":
+            return None
         first = min(p.replica for p in gang.placement)
         gated = await asyncio.gather(
             *(
@@ -131,7 +146,8 @@ class Actuator:
                     spec=spec,
                     inventory=inventory,
                     now=now,
-                    with_pod=placement.replica != first or first in gang.pods,
+                    with_pod=placement.replica != first or first in gang.pods or group is not None,
+                    group=group,
                 )
                 for placement in gang.placement
             )
@@ -143,7 +159,7 @@ class Actuator:
         if not waiting and first in gang.pods:
             return None
         started = time.monotonic()
-        if first not in gang.pods:
+        if first not in gang.pods and group is None:
             body = objects.pod(
                 job,
                 first,
@@ -171,7 +187,10 @@ class Actuator:
         each claim -> allocation -> gated pod (told the new size), replicas concurrently; once
         every added pod exists, all their gates are lifted in one round (rule 13: a grown
         replica's claim is allocated before its pods are released). The running replicas
-        are not touched. Returns the release skew in seconds, None while incomplete."""
+        are not touched. With PodGroups, two or more added replicas get a group of their own:
+        the running group's minCount cannot change, and after a shrink it counts more
+        members than run, so joiners there would wait for members that never come. Returns
+        the release skew in seconds, None while incomplete."""
         stale = [pod for replica, pod in gang.stale_pods.items() if replica >= added_from]
         if stale:
             # An earlier attempt's kept pods make way: the added ones take their names.
@@ -183,10 +202,21 @@ class Actuator:
                 )
             )
             return None
+        group = await self._group(
+            gang, [p.replica for p in gang.placement if p.replica >= added_from]
+        )
+        if group == "":
+            return None
         gated = await asyncio.gather(
             *(
                 self._replica(
-                    gang, placement, spec=spec, inventory=inventory, now=now, with_pod=True
+                    gang,
+                    placement,
+                    spec=spec,
+                    inventory=inventory,
+                    now=now,
+                    with_pod=True,
+                    group=group,
                 )
                 for placement in gang.placement
                 if placement.replica >= added_from
@@ -260,9 +290,10 @@ class Actuator:
         inventory: model.Inventory,
         now: float,
         with_pod: bool,
+        group: str | None,
     ) -> list[tuple[str, str]] | None:
-        """One replica's claim, allocation and (`with_pod`) pod; the pods still gated, None
-        when refused."""
+        """One replica's claim, allocation and (`with_pod`) pod in `group`; the pods still
+        gated, None when refused."""
         job = gang.job
         assert job is not None
         claim = gang.claims.get(placement.replica)
@@ -291,12 +322,37 @@ class Actuator:
                 gang=gang.uid,
                 admission=gang.admitted_at,
                 size=gang.size,
+                group=group,
             )
             if not await _create(self.kube, resources.PODS, body):
                 return None
             return [(body["metadata"]["namespace"], body["metadata"]["name"])]
         meta = pod["metadata"]
         return [(meta["namespace"], meta["name"])] if lifecycle.is_gated(pod) else []
+
+    async def _group(self, gang: lifecycle.Gang, replicas: Sequence[int]) -> str | None:
+        """The PodGroup the release of `replicas` goes with, made if the caches do not show
+        it: None when it needs none (PodGroups off, or a single pod), "" while it cannot be
+        made yet (refused, or a group of that name is still being deleted)."""
+        job = gang.job
+        if not self.pod_groups or len(replicas) < 2 or job is None:
+            return None
+        name = objects.pod_group_name(
+            gang.name, gang=gang.uid, admission=gang.admitted_at, replicas=replicas
+        )
+        found = gang.pod_groups.get(name)
+        if found is not None:
+            return "" if (found.get("metadata") or {}).get("deletionTimestamp") else name
+        body = objects.pod_group(job, name, gang=gang.uid, min_count=len(replicas))
+        return name if await _create(self.kube, resources.POD_GROUPS, body) else ""
+
+    async def delete_pod_group(self, namespace: str, name: str) -> bool:
+        """True once the API server has no such group (a grow undone takes its group)."""
+        return await _tolerant(
+            lambda: self.kube.delete(resources.POD_GROUPS, namespace, name),
+            what=f"deletion of PodGroup {namespace}/{name}",
+            ok=(404,),
+        )
 
     async def _allocate(
         self, job: Mapping[str, Any], placement: model.ReplicaPlacement, *, now: float
@@ -419,11 +475,14 @@ class Actuator:
         gang: str | None,
         pods: Sequence[Mapping[str, Any]],
         claims: Sequence[Mapping[str, Any]],
+        groups: bool = False,
     ) -> bool:
         """One pass of the ordered teardown; True once no pod runs and no claim is left.
 
         Pods that still run are deleted; terminated ones stay (their logs, rule 11). The
-        claims then go in one request by the gang's label (`gang`), or one by one."""
+        claims then go in one request by the gang's label (`gang`), or one by one; with
+        `groups`, the gang's PodGroups go with them (kept pods are terminal, so kube-
+        controller-manager lets the groups go at once) and must be gone too."""
         running = [p for p in pods if not lifecycle.is_terminated(p)]
         if running:
             await asyncio.gather(
@@ -435,7 +494,13 @@ class Actuator:
             )
             return False
         if gang is not None and namespace:
-            return await self._delete_claims_of(namespace, gang, cached=claims)
+            if not groups:
+                return await self._delete_claims_of(namespace, gang, cached=claims)
+            claims_gone, groups_gone = await asyncio.gather(
+                self._delete_claims_of(namespace, gang, cached=claims),
+                self._delete_groups_of(namespace, gang),
+            )
+            return claims_gone and groups_gone
         standing = [c for c in claims if not (c.get("metadata") or {}).get("deletionTimestamp")]
         await asyncio.gather(*(_delete(self.kube, resources.RESOURCE_CLAIMS, c) for c in standing))
         await self._unprotect_all(claims)
@@ -467,6 +532,22 @@ class Actuator:
             return False
         await self._unprotect_all(left)
         return not left
+
+    async def _delete_groups_of(self, namespace: str, gang: str) -> bool:
+        """Delete the gang's PodGroups by its label; True when the answer shows none left.
+        Asked of the API server, not the cache: a group the cache has not seen yet would
+        outlive the attempt."""
+        left: list[dict[str, Any]] = []
+
+        async def delete() -> None:
+            left[:] = await self.kube.delete_collection(
+                resources.POD_GROUPS, namespace, label_selector=f"{objects.GANG_LABEL}={gang}"
+            )
+
+        what = f"deletion of the PodGroups of gang {gang} in {namespace}"
+        if not await _tolerant(delete, what=what, ok=(404,)):
+            return False
+        return not any((g.get("metadata") or {}).get("finalizers") for g in left)
 
     async def _unprotect_all(self, claims: Sequence[Mapping[str, Any]]) -> None:
         for claim in claims:

@@ -20,7 +20,7 @@ from kubernetes_asyncio import client
 from gangq.queue.config import ControllerSettings
 from gangq.queue.core import device, inventory, model
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.kube import lifecycle, resources, trainingjob
+from gangq.queue.kube import discovery, lifecycle, resources, trainingjob
 from gangq.queue.kube.client import Kube, KubeError
 from gangq.queue.kube.objects import GANG_LABEL
 from gangq.queue.kube.resources import Resource
@@ -36,7 +36,7 @@ WATCHED = (
     resources.NODES,
     resources.NAMESPACES,
 )
-INDEXED = (resources.PODS, resources.RESOURCE_CLAIMS)
+INDEXED = (resources.PODS, resources.RESOURCE_CLAIMS, resources.POD_GROUPS)
 """The kinds whose objects gangq makes per gang beside other components' objects: the only
 ones read per gang or as foreign objects, so the only ones indexed."""
 
@@ -205,6 +205,17 @@ class ClusterCache:
         )
         self._inventory: model.Inventory | None = None
         self._parts: dict[str, tuple[tuple[int, ...], Any]] = {}
+        self.pod_groups = False
+        """Gangs go with PodGroups (`use_pod_groups`), whose cache is then watched too."""
+
+    async def use_pod_groups(self) -> bool:
+        """Decide the `pod_groups` setting from the API server's discovery, before `run`; an
+        `InvalidInputError` when it is `on` and the server serves no PodGroups."""
+        self.pod_groups = await discovery.use_pod_groups(self.kube, self.settings.pod_groups)
+        groups = resources.POD_GROUPS
+        if self.pod_groups and groups.plural not in self.caches:
+            self.caches[groups.plural] = WatchCache(self.kube, groups, on_change=self._touch)
+        return self.pod_groups
 
     def _touch(self) -> None:
         self.version += 1

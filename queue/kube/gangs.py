@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -176,6 +177,7 @@ class Gangs:
         placements = await reservations.active_by_job(session)
         pods = self.view.by_gang(resources.PODS)
         claims = self.view.by_gang(resources.RESOURCE_CLAIMS)
+        groups = self.view.by_gang(resources.POD_GROUPS) if self.view.pod_groups else {}
         grown_at = await grows.started_at(
             session, [row.id for row in rows if row.grown_from is not None]
         )
@@ -205,6 +207,10 @@ class Gangs:
                 claims=_by_replica(claims.get(row.uid, {}).values()),
                 stale_pods=_by_replica([p for p in mine if not _is_of(p, admission)]),
                 growing=_growth(row, grown_at),
+                pod_groups={
+                    (g.get("metadata") or {}).get("name", ""): g
+                    for g in groups.get(row.uid, {}).values()
+                },
             )
             held.append(Held(row=row, placement=placement, gang=gang))
         return held
@@ -229,6 +235,14 @@ class Gangs:
             self.deadlines[held.row.uid] = admitted + timeout
         else:
             self.deadlines.pop(held.row.uid, None)
+        bind_timeout = self.settings.pod_group_bind_timeout_s if self.view.pod_groups else math.inf
+        if held.row.started_at is None and held.gang.pod_groups:
+            # The step after a PodGroup's bind timeout tears the attempt down.
+            unbound = lifecycle.unbound_since(held.gang, held.gang.pods.values())
+            if unbound is not None and now < unbound + bind_timeout:
+                self.deadlines[held.row.uid] = min(
+                    self.deadlines.get(held.row.uid, math.inf), unbound + bind_timeout
+                )
         requested = timestamps.optional_unix(held.row.checkpoint_requested_at)
         stored = timestamps.optional_unix(held.row.last_checkpoint_at)
         # Only a checkpoint request reads the annotation itself: the stored report may lag the
@@ -253,6 +267,7 @@ class Gangs:
             last_checkpoint_at_s=max(
                 (at for at in (reported, stored) if at is not None), default=None
             ),
+            bind_timeout_s=bind_timeout,
         )
 
     async def drive_all(
@@ -622,6 +637,7 @@ class Gangs:
             gang=gang.uid,
             pods=[*gang.pods.values(), *gang.stale_pods.values()],
             claims=list(gang.claims.values()),
+            groups=self.view.pod_groups and (len(held.placement) > 1 or bool(gang.pod_groups)),
         )
         if done:
             # Only now may the store release the devices (rule 1): see `_commit`.

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
 from gangq.queue.core import model
-from gangq.queue.kube import lifecycle, retry
+from gangq.queue.kube import lifecycle, objects, retry
 from gangq.queue.kube.actuator import Actuator
 from gangq.queue.store import grows, leader
 
@@ -136,6 +136,11 @@ class Grows:
             namespace=namespace, job=gang.name, replicas=added, gang=gang.uid
         )
         if not gone:
+            return
+        group = objects.pod_group_name(
+            gang.name, gang=gang.uid, admission=gang.admitted_at, replicas=added
+        )
+        if group in gang.pod_groups and not await self.actuator.delete_pod_group(namespace, group):
             return
         async with self.writes.transaction(changing=[gang.uid]) as session:
             freed = await grows.undo(

@@ -14,14 +14,14 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gangq.queue.core import fit, model
 from gangq.queue.core.device import NO_EXECUTE
 from gangq.queue.core.inventory import tolerations_of
-from gangq.queue.kube import objects
+from gangq.queue.kube import objects, podgroups
 
 TERMINATED = ("Succeeded", "Failed")
 
@@ -100,6 +100,8 @@ class Gang:
     """An evicting gang that shrinks instead (rule 13): the replicas it keeps."""
     growing: Growth | None = None
     """The grow under way; None when the gang is not growing."""
+    pod_groups: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The gang's PodGroups by name (empty without PodGroups)."""
 
     @property
     def size(self) -> int:
@@ -149,6 +151,7 @@ CAUSES = {
     "MaxRuntimeExceeded": "ran past maxRuntimeSeconds",
     "Lost": "its pod disappeared",
     "DeviceTainted": "a device was tainted NoExecute",
+    "Unschedulable": "kube-scheduler could not bind its pod group",
     CLAIM_CHANGED: "its claim was changed by someone else",
 }
 EVICTIONS = frozenset({"NodeTainted", "Evicted"})
@@ -206,6 +209,8 @@ class Context:
     """When its grace ends."""
     last_checkpoint_at_s: float | None = None
     """The latest checkpoint the job reported (annotation or store, the later)."""
+    bind_timeout_s: float = math.inf
+    """How long a released gang's PodGroup may stay unschedulable (`pod_group_bind_timeout_s`)."""
 
 
 def is_gated(pod: Mapping[str, Any]) -> bool:
@@ -577,9 +582,56 @@ def _released(gang: Gang, context: Context, *, replicas: list[int]) -> Verdict:
     if not gang.is_running:
         if all(p is not None and is_ready(p) for p in pods):
             return Verdict(Action.MARK_RUNNING)
+        unbound = _unbound(gang, context, pods)
+        if unbound:
+            return _failure(context, unbound, failure="timeout")
         if context.now > context.admitted_at_s + context.startup_timeout_s:
             return _timeout(gang, context)
     return Verdict(Action.WAIT)
+
+
+def unbound_since(gang: Gang, pods: Iterable[Mapping[str, Any] | None]) -> float | None:
+    """Since when kube-scheduler has called a PodGroup of these pods unschedulable, if one
+    it still is."""
+    named = {name for p in pods if p is not None and (name := objects.pod_group_of(p))}
+    since = [
+        at
+        for name in named
+        if (group := gang.pod_groups.get(name)) is not None
+        and (at := podgroups.unschedulable_since(group)) is not None
+    ]
+    return min(since, default=None)
+
+
+def _unbound(
+    gang: Gang, context: Context, pods: list[Mapping[str, Any] | None]
+) -> tuple[ReplicaFailure, ...]:
+    """The replicas of a released gang whose PodGroup kube-scheduler has called
+    unschedulable for longer than the bind timeout: it retries such a group with no backoff
+    until its pods are gone, so the attempt is torn down (a node lost or tainted between
+    placement and binding) rather than left until the startup timeout. Each replica is told
+    what the scheduler told its pod."""
+    since = unbound_since(gang, pods)
+    if since is None or context.now - since <= context.bind_timeout_s:
+        return ()
+    waited = f"not bound by kube-scheduler within {context.bind_timeout_s:.0f} s"
+    return tuple(
+        ReplicaFailure(
+            placement.replica,
+            placement.node,
+            "Unschedulable",
+            message=f"{waited}: {_scheduler_said(pod) or 'pod group is unschedulable'}",
+        )
+        for placement, pod in zip(gang.placement, pods, strict=True)
+        if pod is not None and not (pod.get("spec") or {}).get("nodeName")
+    )
+
+
+def _scheduler_said(pod: Mapping[str, Any]) -> str:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("message") or "")
+    return ""
 
 
 def _growing(gang: Gang, growth: Growth, context: Context) -> Verdict:

@@ -8,6 +8,7 @@ PRODUCT §5. Pure: builds dicts, sends nothing.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -249,11 +250,12 @@ def pod(
     gang: str,
     admission: str,
     size: int,
+    group: str | None = None,
 ) -> dict[str, Any]:
     """The replica's pod from the template: pinned to `node` so the scheduler's DRA PostFilter
     can never clear its claim's allocation (issue 6, fact 2), gated until the whole gang is;
     `admission` names the attempt (pods keep their names across attempts), `size` the
-    replicas the job runs at.
+    replicas the job runs at, `group` the PodGroup it is bound with (None: none).
 
     The template is the cached TrainingJob's own: every level this changes is a new object,
     the rest is shared, read-only (the body is only encoded), rather than copied per pod."""
@@ -306,7 +308,35 @@ def pod(
     ]
     if gated:
         pod_spec["schedulingGates"] = [{"name": GATE}]
+    if group is not None:
+        pod_spec["schedulingGroup"] = {"podGroupName": group}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def pod_group_name(job: str, *, gang: str, admission: str, replicas: Sequence[int]) -> str:
+    """`<job>-<attempt>-<first>-<last>`: one group per release of an attempt (its own gang, or
+    the replicas a grow adds). Each name is new, since a pod's `schedulingGroup` is immutable
+    and a group's `minCount` too: pods made again for another size, or the next attempt's,
+    must not join a group that still waits for the old count."""
+    attempt = hashlib.sha256(f"{gang}/{admission}".encode()).hexdigest()[:6]
+    return f"{job}-{attempt}-{min(replicas)}-{max(replicas)}"
+
+
+def pod_group(job: Mapping[str, Any], name: str, *, gang: str, min_count: int) -> dict[str, Any]:
+    """A gang policy for `min_count` pods: kube-scheduler binds none until it can bind all
+    (its GangScheduling plugin). Owned by the TrainingJob like the gang's other objects."""
+    return {
+        "apiVersion": resources.POD_GROUPS.api_version,
+        "kind": resources.POD_GROUPS.kind,
+        "metadata": _metadata(job, name, None, gang=gang),
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+    }
+
+
+def pod_group_of(pod: Mapping[str, Any]) -> str | None:
+    """The PodGroup a pod names in `spec.schedulingGroup`, if any."""
+    group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+    return str(group) if group else None
 
 
 def needs_service(spec: Mapping[str, Any]) -> bool:

@@ -83,7 +83,9 @@ class Reconciler:
         """Every store write of a step goes through here: fenced by the step's epoch."""
         self.clock = clock
         self.metrics = metrics
-        self.actuator = Actuator(view.kube, settings=settings, clock=clock)
+        self.actuator = Actuator(
+            view.kube, settings=settings, clock=clock, pod_groups=view.pod_groups
+        )
         self.history = history.History(reads)
         self.checkpoints = checkpoints.Checkpoints(
             view, writes=self.writes, actuator=self.actuator, clock=clock

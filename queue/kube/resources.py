@@ -57,3 +57,5 @@ RESOURCE_SLICES = Resource(
 )
 DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False)
 TRAINING_JOBS = Resource("gangq.dev", "v1alpha1", "trainingjobs", "TrainingJob")
+POD_GROUPS = Resource("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup")
+"""Served only where the GenericWorkload and GangScheduling feature gates are on (1.35+)."""

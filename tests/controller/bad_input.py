@@ -24,15 +24,18 @@ ADMIN = "admin-token-0123456789"
 
 
 @asynccontextmanager
-async def rest(database_url: str, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    """The REST API over the test's database, called with a cluster-admin token."""
+async def rest(
+    database_url: str, tmp_path: Path, *, cluster: capacity.ClusterView | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The REST API over the test's database (and `cluster`, as a controller publishes it),
+    called with a cluster-admin token."""
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(
         yaml.safe_dump({"tokens": {ADMIN: {"user": "admin", "roles": ["cluster-admin"]}}})
     )
     app = create_app(
         ApiSettings(database_url=database_url, token_file=tokens),
-        cluster=capacity.FixedClusterView(model.Inventory()),
+        cluster=cluster or capacity.FixedClusterView(model.Inventory()),
     )
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)

@@ -179,12 +179,19 @@ async def wait_for(predicate: Callable[[], Any], *, within_s: float = 15.0) -> A
 
 @contextlib.asynccontextmanager
 async def running_harness(
-    engine: AsyncEngine, *, inventory: Inventory = SMALL, crds: tuple[Path, ...] = (CRD,)
+    engine: AsyncEngine,
+    *,
+    inventory: Inventory = SMALL,
+    crds: tuple[Path, ...] = (CRD,),
+    podgroups: bool = False,
 ) -> AsyncIterator[Harness]:
     """An emulator with the test namespaces, gangq's ServiceAccount and RBAC, and a client to
-    it for each; controllers started through the harness are killed on the way out."""
+    it for each; controllers started through the harness are killed on the way out.
+    `podgroups` serves PodGroups as a cluster with the GangScheduling gates on does."""
     async with contextlib.AsyncExitStack() as exits:
-        emulator = await exits.enter_async_context(Emulator(inventory=inventory, crds=crds))
+        emulator = await exits.enter_async_context(
+            Emulator(inventory=inventory, crds=crds, podgroups=podgroups)
+        )
         api_client = await exits.enter_async_context(client.ApiClient(emulator.configuration()))
         token = serviceaccount.controller_token(emulator)
         controller_api = await exits.enter_async_context(

@@ -12,7 +12,13 @@ from gangq.queue.kube import resources
 from gangq.queue.kubesim.storage import Event
 from tests.controller.conftest import Harness
 
-WATCHED = {"/pods", "resource.k8s.io/resourceclaims", "/services", "gangq.dev/trainingjobs"}
+WATCHED = {
+    "/pods",
+    "resource.k8s.io/resourceclaims",
+    "/services",
+    "gangq.dev/trainingjobs",
+    "scheduling.k8s.io/podgroups",
+}
 """The kinds whose writes count: what a gang's lifecycle writes."""
 
 
