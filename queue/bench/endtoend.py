@@ -97,7 +97,9 @@ async def measure(
         before = await api_writes.read(served.configuration)
         echo(f"cluster of {args.nodes} nodes ready; submitting {args.jobs} jobs")
         lists = _Lists()
-        listing = asyncio.create_task(lists.run(Kube(api_client)), name="gangq-bench-lists")
+        lister = Kube(api_client)
+        exits.push_async_callback(lister.close)
+        listing = asyncio.create_task(lists.run(lister), name="gangq-bench-lists")
         try:
             finished = await _submit_and_wait(
                 api_client, jobs, observed, ended, args=args, echo=echo

@@ -44,6 +44,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--api-port", type=int, default=0, help="port of the REST API (default: a free one)"
     )
+    parser.add_argument(
+        "--podgroups",
+        action="store_true",
+        help="play on a cluster that serves PodGroups (Kubernetes 1.36 with gang scheduling "
+        "on): gangq gives each gang one (docs/podgroups.md)",
+    )
     logconfig.add_arguments(parser, level="warning")
     parser.set_defaults(handler=run_demo)
 
@@ -70,7 +76,9 @@ def run_demo(args: argparse.Namespace) -> int:
         else:
             print(report.summary(outcome), flush=True)
 
-    options = runner.Options(directory, echo, serve=args.serve, api_port=args.api_port)
+    options = runner.Options(
+        directory, echo, serve=args.serve, api_port=args.api_port, podgroups=args.podgroups
+    )
     try:
         outcome = eventloop.run(runner.run(options, on_outcome=tell))
     except asyncio.CancelledError:

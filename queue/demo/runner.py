@@ -57,6 +57,8 @@ class Options:
     serve: bool = False
     api_port: int = 0
     crd: Path | None = None
+    podgroups: bool = False
+    """Play on a cluster that serves PodGroups (Kubernetes 1.36 with gang scheduling on)."""
 
 
 @dataclass(eq=False)
@@ -86,6 +88,7 @@ async def run(options: Options, *, on_outcome: Callable[[report.Outcome], None])
             clock=clock,
             progress=progress,
             api_port=options.api_port,
+            podgroups=options.podgroups,
         )
         outcome = await _play(parts, scenario, settings, clock=clock, progress=progress)
         on_outcome(outcome)
@@ -129,6 +132,7 @@ async def _start(
     clock: Clock,
     progress: report.Progress,
     api_port: int,
+    podgroups: bool,
 ) -> _Parts:
     """Everything up, in dependency order; `exits` tears it down in reverse."""
 
@@ -143,9 +147,10 @@ async def _start(
     say(f"database ready at schema {await schema.upgrade(engine)}")
     inventory = scenario.cluster.inventory()
     emulator = await exits.enter_async_context(
-        Emulator(inventory=inventory, crds=(crd,), ready_seconds=READY_SECONDS)
+        Emulator(inventory=inventory, crds=(crd,), ready_seconds=READY_SECONDS, podgroups=podgroups)
     )
-    say(f"cluster emulator at {emulator.base_url}: {_shape(inventory)}")
+    groups = ", PodGroups served" if podgroups else ""
+    say(f"cluster emulator at {emulator.base_url}: {_shape(inventory)}{groups}")
     api_client = await exits.enter_async_context(client.ApiClient(emulator.configuration()))
     await _taint_split_nodes(api_client, inventory, scenario.cluster.split_node_taint)
     await _create_namespaces(api_client, scenario)

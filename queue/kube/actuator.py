@@ -482,7 +482,7 @@ class Actuator:
         Pods that still run are deleted; terminated ones stay (their logs, rule 11). The
         claims then go in one request by the gang's label (`gang`), or one by one; with
         `groups`, the gang's PodGroups go with them (kept pods are terminal, so kube-
-        controller-manager lets the groups go at once) and must be gone too."""
+        controller-manager lets the groups go at once)."""
         running = [p for p in pods if not lifecycle.is_terminated(p)]
         if running:
             await asyncio.gather(
@@ -534,20 +534,19 @@ class Actuator:
         return not left
 
     async def _delete_groups_of(self, namespace: str, gang: str) -> bool:
-        """Delete the gang's PodGroups by its label; True when the answer shows none left.
-        Asked of the API server, not the cache: a group the cache has not seen yet would
-        outlive the attempt."""
-        left: list[dict[str, Any]] = []
-
-        async def delete() -> None:
-            left[:] = await self.kube.delete_collection(
-                resources.POD_GROUPS, namespace, label_selector=f"{objects.GANG_LABEL}={gang}"
-            )
-
+        """Delete the gang's PodGroups by its label; True once the API server has accepted
+        it. Asked of the API server, not the cache: a group the cache has not seen yet would
+        outlive the attempt. The groups need not be gone yet: none of their pods runs, so
+        kube-controller-manager's podgroup-protection lets them go, and waiting for it
+        would cost a step and the same two requests again."""
         what = f"deletion of the PodGroups of gang {gang} in {namespace}"
-        if not await _tolerant(delete, what=what, ok=(404,)):
-            return False
-        return not any((g.get("metadata") or {}).get("finalizers") for g in left)
+        return await _tolerant(
+            lambda: self.kube.delete_collection(
+                resources.POD_GROUPS, namespace, label_selector=f"{objects.GANG_LABEL}={gang}"
+            ),
+            what=what,
+            ok=(404,),
+        )
 
     async def _unprotect_all(self, claims: Sequence[Mapping[str, Any]]) -> None:
         for claim in claims:

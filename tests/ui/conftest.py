@@ -1,4 +1,6 @@
-"""Fixtures of the browser tests: `gangq demo --serve` in a subprocess, headless Chromium.
+"""Fixtures of the browser tests: `gangq demo --serve --podgroups` in a subprocess, headless
+Chromium (on a cluster that serves PodGroups, so a job's page shows its gangs' groups; the
+README's `gangq demo` plays the same story without them).
 
 One demo per module (the reference scenario plays in about 30 s, then its API and web UI stay
 up with an admin token, a viewer token per tenant and a kubeconfig of the emulated cluster),
@@ -22,7 +24,7 @@ from .ui_browser import CHROMIUM, RUN_CLI, SERVE_SECONDS, Demo, read_until_serve
 @pytest.fixture(scope="module")
 def demo(server_url: str) -> Iterator[Demo]:
     process = subprocess.Popen(
-        [sys.executable, "-c", RUN_CLI, "demo", "--serve"],
+        [sys.executable, "-c", RUN_CLI, "demo", "--serve", "--podgroups"],
         env={**os.environ, "DATABASE_URL": server_url},
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -108,6 +108,16 @@ def test_jobs_and_a_job_with_placement_history_and_log_commands(admin: Page) -> 
     assert "scale-up llm-prod+2" in placement.nth(2).inner_text()
     assert "kubectl logs -n inference llm-prod-0" in text
     assert "gangq logs inference/llm-prod --replica 1" in text
+    # Its own gang of two went with a PodGroup, bound together; the one-replica scale-up
+    # gang needed none.
+    [group] = (
+        admin.locator("main table", has_text="binds each group's pods together")
+        .locator("tbody tr")
+        .all()
+    )
+    cells = group.locator("td").all_inner_texts()
+    assert cells[0].startswith("llm-prod-") and cells[0].endswith("-0-1")
+    assert cells[1:3] == ["2", "True"]
     kinds = admin.locator("main ol.timeline li strong").all_inner_texts()
     assert kinds[:3] == ["enqueued", "admitted", "started"]
     started = admin.locator("main ol.timeline li.started").first.inner_text()
