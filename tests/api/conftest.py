@@ -22,8 +22,19 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gangq.api import hosting, published
 from gangq.api.app import create_app
 from gangq.api.settings import ApiSettings
+from gangq.queue.kube import podgroups
 
 NAMESPACE_TENANTS = {"team-a": "team-a", "team-b": "team-b", "inference": "prod"}
+WIDE_GROUP = podgroups.Scheduled(
+    name="b-wide-1a2b3c-0-1",
+    min_count=2,
+    status="False",
+    reason="Unschedulable",
+    message="pod group is unschedulable",
+    since="2026-01-01T00:00:10Z",
+    created="2026-01-01T00:00:01Z",
+)
+"""The PodGroup the controller publishes for team-b/b-wide, as kube-scheduler left it."""
 
 
 @pytest.fixture
@@ -41,7 +52,11 @@ async def seeded_app(
     and its namespaces, as the controller would publish them."""
     await seed(session_factory, database_url)
     view = published.PublishedCluster(
-        published.Snapshot(cluster_inventory(), MappingProxyType(NAMESPACE_TENANTS))
+        published.Snapshot(
+            cluster_inventory(),
+            MappingProxyType(NAMESPACE_TENANTS),
+            MappingProxyType({"team-b/b-wide": (WIDE_GROUP,)}),
+        )
     )
     return create_app(ApiSettings(database_url=database_url, token_file=token_file), cluster=view)
 

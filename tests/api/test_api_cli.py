@@ -146,6 +146,40 @@ async def test_a_reserved_job_shows_its_eta(
     assert "ETA:       -" in out
 
 
+async def test_a_job_shows_its_pod_groups_as_kube_scheduler_left_them(
+    server: str,
+    capsys: pytest.CaptureFixture[str],
+    session_factory: async_sessionmaker[AsyncSession],
+    database_url: str,
+) -> None:
+    await hold_a_reservation(session_factory, database_url, started=time.time())
+    code, out, _ = await gangq(
+        capsys, "job", "team-b/b-wide", "--server", server, "--token", VIEWER_B
+    )
+    assert code == 0
+    table = out.split("Pod groups:\n", 1)[1].split("\n\n", 1)[0]
+    header, row = table.splitlines()
+    assert header.split() == ["POD", "GROUP", "MIN", "SCHEDULED", "MESSAGE"]
+    assert row.split() == ["b-wide-1a2b3c-0-1", "2", "False", "pod", "group", "is", "unschedulable"]
+    code, out, _ = await gangq(
+        capsys, "job", "team-b/b-wide", "--server", server, "--token", VIEWER_B, "--json"
+    )
+    assert json.loads(out)["podGroups"] == [
+        {
+            "name": "b-wide-1a2b3c-0-1",
+            "minCount": 2,
+            "scheduled": "False",
+            "reason": "Unschedulable",
+            "message": "pod group is unschedulable",
+            "since": "2026-01-01T00:00:10Z",
+        }
+    ]
+    code, out, _ = await gangq(
+        capsys, "job", "team-a/a-big", "--server", server, "--token", VIEWER_A
+    )
+    assert code == 0 and "Pod groups:" not in out
+
+
 async def test_an_elastic_job_shows_the_size_it_started_at_and_its_range(
     server: str,
     capsys: pytest.CaptureFixture[str],
