@@ -628,10 +628,8 @@ def _unbound(
 
 
 def _scheduler_said(pod: Mapping[str, Any]) -> str:
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return str(condition.get("message") or "")
-    return ""
+    found = objects.condition(pod, "PodScheduled") or {}
+    return str(found.get("message") or "") if found.get("status") == "False" else ""
 
 
 def _growing(gang: Gang, growth: Growth, context: Context) -> Verdict:

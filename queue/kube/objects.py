@@ -333,6 +333,14 @@ def pod_group(job: Mapping[str, Any], name: str, *, gang: str, min_count: int) -
     }
 
 
+def condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    """The object's status condition of type `kind`, if it has one."""
+    for found in (obj.get("status") or {}).get("conditions") or []:
+        if found.get("type") == kind:
+            return dict(found)
+    return None
+
+
 def pod_group_of(pod: Mapping[str, Any]) -> str | None:
     """The PodGroup a pod names in `spec.schedulingGroup`, if any."""
     group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")

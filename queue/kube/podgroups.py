@@ -32,15 +32,8 @@ class Scheduled:
     created: str
 
 
-def condition(group: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for found in (group.get("status") or {}).get("conditions") or []:
-        if found.get("type") == SCHEDULED:
-            return dict(found)
-    return None
-
-
 def shown(group: Mapping[str, Any]) -> Scheduled:
-    found = condition(group) or {}
+    found = objects.condition(group, SCHEDULED) or {}
     meta = group.get("metadata") or {}
     policy = ((group.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}
     return Scheduled(
@@ -56,7 +49,7 @@ def shown(group: Mapping[str, Any]) -> Scheduled:
 
 def unschedulable_since(group: Mapping[str, Any]) -> float | None:
     """When kube-scheduler last called the group unschedulable, if it still does."""
-    found = condition(group)
+    found = objects.condition(group, SCHEDULED)
     if found is None or found.get("status") != "False":
         return None
     return objects.parse_rfc3339(found.get("lastTransitionTime"))
