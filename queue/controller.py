@@ -127,13 +127,13 @@ async def _turn(
     settings = work.settings
     is_leader = await leadership.try_acquire()
     gangq_metrics.set_leader(work.metrics, is_leader=is_leader)
-    if not is_leader or leadership.epoch is None:
+    if not is_leader or leadership.term is None:
         await _pause(stop, settings.leader_retry_s)
         return
     if not view.synced.is_set():
         await _first(stop.wait(), view.synced.wait(), timeout_s=settings.cycle_interval_s)
         return
-    await work.step(epoch=leadership.epoch)
+    await work.step(term=leadership.term)
     gangq_metrics.set_database_up(work.metrics, is_up=True)
     await _wake(listener, view=view, stop=stop, settings=settings, work=work)
 

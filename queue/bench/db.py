@@ -116,7 +116,7 @@ async def _measure(url: str, args: argparse.Namespace) -> Figures:
                 )
         enqueue_s = time.perf_counter() - started
 
-        if not await leadership.try_acquire() or leadership.epoch is None:
+        if not await leadership.try_acquire() or leadership.term is None:
             raise InvalidInputError("another process leads this scratch database")
         cluster = synthetic.inventory(args.nodes)
         policy = Policy(managed_device_classes=(synthetic.DEVICE_CLASS,))
@@ -137,7 +137,7 @@ async def _measure(url: str, args: argparse.Namespace) -> Figures:
                 policy=policy,
                 now=NOW + index,
                 matcher=matcher,
-                epoch=leadership.epoch,
+                term=leadership.term,
             )
             elapsed = time.perf_counter() - started
             cycle_ms.append(elapsed * 1000)

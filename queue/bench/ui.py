@@ -107,7 +107,7 @@ async def _build_state(url: str, *, nodes: int, jobs: int) -> Any:
                     session, pending[first : first + 1000], actor="bench", now=now
                 )
         leadership = leader.Leadership(url, holder="bench-ui")
-        if not await leadership.try_acquire() or leadership.epoch is None:
+        if not await leadership.try_acquire() or leadership.term is None:
             raise RuntimeError("the scratch database's leadership is taken")
         try:
             await admission.run(
@@ -116,7 +116,7 @@ async def _build_state(url: str, *, nodes: int, jobs: int) -> Any:
                 policy=model.Policy(managed_device_classes=(synthetic.DEVICE_CLASS,)),
                 now=time.time(),
                 matcher=DeviceMatcher(),
-                epoch=leadership.epoch,
+                term=leadership.term,
             )
         finally:
             await leadership.release()

@@ -14,7 +14,7 @@ import logging
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.kube import lifecycle
-from gangq.queue.store import runs, snapshot, timestamps
+from gangq.queue.store import leader, runs, snapshot, timestamps
 
 logger = logging.getLogger(__name__)
 
@@ -65,15 +65,17 @@ class History:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self.sessions = sessions
         self.estimator: runs.Estimator | None = None
-        self._epoch: int | None = None
+        self._term: leader.Term | None = None
 
-    async def ensure(self, *, epoch: int) -> runs.Estimator:
-        """The predictions of this leadership, read from the store when `epoch` is new."""
-        if self.estimator is None or self._epoch != epoch:
+    async def ensure(self, *, term: leader.Term) -> runs.Estimator:
+        """The predictions of this leadership, read from the store when `term` is new."""
+        if self.estimator is None or self._term != term:
             async with self.sessions() as session:
                 finished = await runs.recent(session)
-            self.estimator, self._epoch = runs.Estimator(runs.predictor_of(finished)), epoch
-            logger.info("runtime predictor loaded: %d recent runs (epoch %d)", len(finished), epoch)
+            self.estimator, self._term = runs.Estimator(runs.predictor_of(finished)), term
+            logger.info(
+                "runtime predictor loaded: %d recent runs (epoch %d)", len(finished), term.epoch
+            )
         return self.estimator
 
     def learn(self, run: runs.Run) -> None:

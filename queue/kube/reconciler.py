@@ -80,7 +80,7 @@ class Reconciler:
         self.sessions = sessions
         self.reads = reads
         self.writes = leader.Fenced(sessions)
-        """Every store write of a step goes through here: fenced by the step's epoch."""
+        """Every store write of a step goes through here: fenced by the step's term."""
         self.clock = clock
         self.metrics = metrics
         self.actuator = Actuator(
@@ -109,7 +109,7 @@ class Reconciler:
             matcher=self.matcher,
             clock=clock,
         )
-        self.tenants_epoch: int | None = None
+        self.tenants_term: leader.Term | None = None
         self.live = jobs.LiveRecords()
         self.views = snapshot.Views()
         self.shown: dict[str, _Shown] = {}
@@ -136,23 +136,23 @@ class Reconciler:
             return self.settings.cycle_interval_s
         return max(0.0, min(deadlines) - self.clock()) + 0.05
 
-    async def step(self, *, epoch: int) -> None:
+    async def step(self, *, term: leader.Term) -> None:
         """Enqueue, scale, cycle, drive gangs, sweep, show status: one leader turn.
 
         Nothing here raises on bad input or a lost database: the step is logged and retried
         on the next wake-up, from whatever the store and the caches say then.
         """
-        self.writes.epoch = epoch
+        self.writes.term = term
         try:
             inventory = self.view.inventory()
             if inventory is None:
                 return
-            if self.tenants_epoch != epoch:
+            if self.tenants_term != term:
                 await self._write_tenants()
-                self.tenants_epoch = epoch
+                self.tenants_term = term
             await self.intake.run(inventory)
             await self.checkpoints.sync(queued=self.intake.known)
-            estimator = await self.history.ensure(epoch=epoch)
+            estimator = await self.history.ensure(term=term)
             await self._scale()
             started = time.monotonic()
             result = await admission.run(
@@ -161,7 +161,7 @@ class Reconciler:
                 policy=self.policy,
                 now=self.clock(),
                 matcher=self.matcher,
-                epoch=epoch,
+                term=term,
                 actor=self.settings.actor,
                 estimator=estimator,
                 views=self.views,

@@ -362,7 +362,7 @@ async def cycle_in_transaction(
     policy: model.Policy,
     now: float,
     matcher: DeviceMatcher,
-    epoch: int,
+    term: leader.Term,
     actor: str = "controller",
     estimator: runs.Estimator | None = None,
     views: snapshot.Views | None = None,
@@ -373,7 +373,7 @@ async def cycle_in_transaction(
     `views` keeps the jobs' core views from one cycle to the next (`snapshot.Views`).
     """
     await session.execute(SERIALIZE_CYCLES, {"key": CYCLE_LOCK_KEY})
-    await leader.fence(session, epoch)
+    await leader.fence(session, term)
     loaded = await snapshot.load(
         session, inventory, now=now, estimator=estimator, views=views, policy=policy
     )
@@ -408,7 +408,7 @@ async def cycle_in_transaction(
         logging.INFO if result.admissions or result.preemptions or result.grows else logging.DEBUG,
         "cycle at %.0f (epoch %d): %d admitted, %d preempting, %d growing, %d pending",
         now,
-        epoch,
+        term.epoch,
         len(result.admissions),
         len(result.preemptions),
         len(result.grows),
@@ -434,7 +434,7 @@ async def run(
     policy: model.Policy,
     now: float,
     matcher: DeviceMatcher,
-    epoch: int,
+    term: leader.Term,
     actor: str = "controller",
     retry_delays_s: Sequence[float] = RETRY_DELAYS_S,
     estimator: runs.Estimator | None = None,
@@ -454,7 +454,7 @@ async def run(
                     policy=policy,
                     now=now,
                     matcher=matcher,
-                    epoch=epoch,
+                    term=term,
                     actor=actor,
                     estimator=estimator,
                     views=views,

@@ -348,6 +348,9 @@ class LeadershipRow(Base):
     id: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     epoch: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     holder: Mapped[str] = mapped_column(Text, server_default=text("''"))
+    term: Mapped[str] = mapped_column(Text, server_default=text("''"))
+    """Drawn by each new leader: unique per acquisition, where the epoch is unique only on
+    one database's history (a promoted standby may not have seen the last raise)."""
     acquired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (CheckConstraint("id = 1", name="single_row"),)

@@ -137,14 +137,14 @@ async def decide(
     leadership = leader.Leadership(database_url, holder="api-tests")
     assert await leadership.try_acquire()
     try:
-        assert leadership.epoch is not None
+        assert leadership.term is not None
         return await admission.run(
             sessions,
             cluster_inventory(),
             policy=model.Policy(managed_device_classes=(GPU,)),
             now=now,
             matcher=DeviceMatcher(),
-            epoch=leadership.epoch,
+            term=leadership.term,
             estimator=estimator,
         )
     finally:

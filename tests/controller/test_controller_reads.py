@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gangq.queue.kube import reconciler, resources
-from gangq.queue.store import jobs
+from gangq.queue.store import jobs, leader
 from tests.controller.conftest import running_harness, training_job, wait_for
 
 
@@ -41,9 +41,9 @@ async def test_a_step_reads_again_only_the_records_its_own_writes_changed(
         steps[-1].changed = self.writes.changed()
         return await since(self, records)
 
-    async def counted_step(self: reconciler.Reconciler, *, epoch: int) -> None:
+    async def counted_step(self: reconciler.Reconciler, *, term: leader.Term) -> None:
         steps.append(_Step())
-        await step(self, epoch=epoch)
+        await step(self, term=term)
 
     monkeypatch.setattr(jobs.LiveRecords, "read", counted_read)
     monkeypatch.setattr(jobs.LiveRecords, "read_again", counted_again)

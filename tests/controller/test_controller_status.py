@@ -9,7 +9,7 @@ import pytest
 
 from gangq.queue.core import explain, model
 from gangq.queue.kube import reconciler, resources, status
-from gangq.queue.store import database, jobs, tenants
+from gangq.queue.store import database, jobs, leader, tenants
 from tests.controller.conftest import Harness, training_job, wait_for
 
 
@@ -142,9 +142,9 @@ async def test_a_job_whose_status_inputs_stay_the_same_is_not_judged_again(
             judged[-1].append(record.key)
         return desired(record, **kwargs)
 
-    async def counted_step(self: reconciler.Reconciler, *, epoch: int) -> None:
+    async def counted_step(self: reconciler.Reconciler, *, term: leader.Term) -> None:
         judged.append([])
-        await step(self, epoch=epoch)
+        await step(self, term=term)
 
     monkeypatch.setattr(status, "desired", counted_desired)
     monkeypatch.setattr(reconciler.Reconciler, "step", counted_step)

@@ -81,18 +81,18 @@ async def _setup(sessions: Sessions, *pending: model.PendingJob, nominal: int = 
         await jobs.enqueue(session, list(pending), actor="test", now=T0)
 
 
-async def _epoch(url: str) -> tuple[leader.Leadership, int]:
+async def _epoch(url: str) -> tuple[leader.Leadership, leader.Term]:
     leadership = leader.Leadership(url, holder="test")
     assert await leadership.try_acquire()
-    assert leadership.epoch is not None
-    return leadership, leadership.epoch
+    assert leadership.term is not None
+    return leadership, leadership.term
 
 
 async def _cycle(
-    sessions: Sessions, epoch: int, *, nodes: int = 2, now: float = T0 + 10
+    sessions: Sessions, term: leader.Term, *, nodes: int = 2, now: float = T0 + 10
 ) -> model.CycleResult:
     return await admission.run(
-        sessions, inventory(nodes), policy=POLICY, now=now, matcher=DeviceMatcher(), epoch=epoch
+        sessions, inventory(nodes), policy=POLICY, now=now, matcher=DeviceMatcher(), term=term
     )
 
 
@@ -105,9 +105,9 @@ async def test_a_cycle_writes_exactly_what_the_core_decided(
         job("ml-train/one", submitted_at=T0 - 20),
         job("ml-train/late", replicas=2, devices_per_replica=4, submitted_at=T0 - 10),
     )
-    leadership, epoch = await _epoch(database_url)
+    leadership, term = await _epoch(database_url)
     try:
-        result = await _cycle(session_factory, epoch)
+        result = await _cycle(session_factory, term)
     finally:
         await leadership.release()
     admitted = {a.job: a for a in result.admissions}
@@ -130,10 +130,10 @@ async def test_a_second_cycle_keeps_what_is_held(
     database_url: str, session_factory: Sessions
 ) -> None:
     await _setup(session_factory, *(job(f"ml-train/j{i}", devices_per_replica=3) for i in range(6)))
-    leadership, epoch = await _epoch(database_url)
+    leadership, term = await _epoch(database_url)
     try:
-        first = await _cycle(session_factory, epoch)
-        second = await _cycle(session_factory, epoch, now=T0 + 20)
+        first = await _cycle(session_factory, term)
+        second = await _cycle(session_factory, term, now=T0 + 20)
     finally:
         await leadership.release()
     assert len(first.admissions) == 4  # 2 nodes x 8 devices fit 2 x (3 + 3) per node
@@ -171,10 +171,10 @@ import asyncio, json, sys
 sys.path.insert(0, sys.argv[1])
 import asyncpg
 from gangq.queue.core.cel import DeviceMatcher
-from gangq.queue.store import admission, database
+from gangq.queue.store import admission, database, leader
 from store.samples import POLICY, T0, inventory, partitioned_inventory
 
-async def main(url, epoch, partitioned):
+async def main(url, term, partitioned):
     cluster = partitioned_inventory(2) if partitioned else inventory(3)
     gate = await asyncpg.connect(database.libpq_url(url))
     await gate.execute("SELECT pg_advisory_lock_shared(4242)")  # the test opens the gate
@@ -184,14 +184,15 @@ async def main(url, epoch, partitioned):
     for index in range(4):
         result = await admission.run(
             sessions, cluster, policy=POLICY, now=T0 + 30 + index, matcher=DeviceMatcher(),
-            epoch=epoch,
+            term=term,
         )
         admitted += [a.job for a in result.admissions]
     await engine.dispose()
     await gate.close()
     print(json.dumps(admitted))
 
-asyncio.run(main(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "partitioned"))
+term = leader.Term(int(sys.argv[3]), sys.argv[4])
+asyncio.run(main(sys.argv[2], term, sys.argv[5] == "partitioned"))
 """
 
 
@@ -222,10 +223,10 @@ def _slices() -> list[model.PendingJob]:
 async def test_two_controller_processes_never_double_reserve(
     database_url: str, session_factory: Sessions, cluster: str
 ) -> None:
-    """Two OS processes that both believe they lead (same epoch) run cycles at the same time,
+    """Two OS processes that both believe they lead (same term) run cycles at the same time,
     on whole GPUs or on GPUs published whole and as partitions (rules 1 and 12)."""
     await _setup(session_factory, *(_slices() if cluster == "partitioned" else _gangs()))
-    leadership, epoch = await _epoch(database_url)
+    leadership, term = await _epoch(database_url)
     gate = await asyncpg.connect(database.libpq_url(database_url))
     await gate.execute("SELECT pg_advisory_lock(4242)")
     controllers = [
@@ -235,7 +236,8 @@ async def test_two_controller_processes_never_double_reserve(
             CONTROLLER,
             str(TESTS_DIR),
             database_url,
-            str(epoch),
+            str(term.epoch),
+            term.token,
             cluster,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -280,9 +282,9 @@ async def test_a_connection_lost_mid_cycle_is_survived(
         await connection.execute(KILL_TRIGGER)
     finally:
         await connection.close()
-    leadership, epoch = await _epoch(database_url)
+    leadership, term = await _epoch(database_url)
     try:
-        result = await _cycle(session_factory, epoch)
+        result = await _cycle(session_factory, term)
     finally:
         await leadership.release()
     assert {a.job for a in result.admissions} == {"ml-train/one", "ml-train/two"}
@@ -304,10 +306,10 @@ async def test_a_failed_cycle_loses_nothing(database_url: str, session_factory: 
         await connection.execute(FAIL_ALWAYS)
     finally:
         await connection.close()
-    leadership, epoch = await _epoch(database_url)
+    leadership, term = await _epoch(database_url)
     try:
         with pytest.raises(StoreError, match="disk full"):
-            await _cycle(session_factory, epoch)
+            await _cycle(session_factory, term)
     finally:
         await leadership.release()
     async with session_factory() as session:
@@ -326,9 +328,9 @@ async def test_an_unreadable_stored_job_gets_an_invalid_reason(
             text("UPDATE jobs SET spec = CAST(:spec AS jsonb) WHERE name = 'broken'"),
             {"spec": '{"topology": {"mode": "Sideways"}}'},
         )
-    leadership, epoch = await _epoch(database_url)
+    leadership, term = await _epoch(database_url)
     try:
-        result = await _cycle(session_factory, epoch)
+        result = await _cycle(session_factory, term)
     finally:
         await leadership.release()
     assert [a.job for a in result.admissions] == ["ml-train/ok"]
@@ -352,7 +354,7 @@ async def test_an_unreachable_server_is_retried_then_reported(
                 policy=POLICY,
                 now=T0,
                 matcher=DeviceMatcher(),
-                epoch=1,
+                term=leader.Term(1, ""),
                 retry_delays_s=(0.0, 0.0),
             )
     finally:
@@ -392,10 +394,10 @@ async def test_preemption_marks_whole_victim_gangs_once(
 ) -> None:
     small = [job(f"ml-train/small-{i}", tier="small", devices_per_replica=8) for i in range(2)]
     await _serving_behind(session_factory, small, nominal=16)
-    leadership, epoch = await _epoch(database_url)
+    leadership, term = await _epoch(database_url)
     try:
-        first = await _cycle(session_factory, epoch)
-        second = await _cycle(session_factory, epoch, now=T0 + 20)
+        first = await _cycle(session_factory, term)
+        second = await _cycle(session_factory, term, now=T0 + 20)
     finally:
         await leadership.release()
     assert first.preemptions, first.pending
@@ -431,9 +433,9 @@ async def test_a_victim_brings_its_eviction_history_and_restart_into_its_next_vi
         job("ml-train/small", tier="small", devices_per_replica=8), restart_s=120.0
     )
     await _serving_behind(session_factory, [small], nominal=8)
-    leadership, epoch = await _epoch(database_url)
+    leadership, term = await _epoch(database_url)
     try:
-        result = await _cycle(session_factory, epoch, nodes=1)
+        result = await _cycle(session_factory, term, nodes=1)
     finally:
         await leadership.release()
     ((victim,),) = [p.victims for p in result.preemptions]
@@ -464,9 +466,9 @@ async def test_a_never_fit_job_is_counted_apart_from_the_pending_ones(
         job("ml-train/big", replicas=2, devices_per_replica=8, submitted_at=T0 - 30),
         job("ml-train/next", submitted_at=T0 - 20),
     )
-    leadership, epoch = await _epoch(database_url)
+    leadership, term = await _epoch(database_url)
     try:
-        result = await _cycle(session_factory, epoch)
+        result = await _cycle(session_factory, term)
     finally:
         await leadership.release()
     assert result.pending["ml-train/never"].code == "unschedulable"
@@ -488,10 +490,10 @@ async def test_a_victim_asked_first_stores_the_request_and_counts_its_loss_at_ev
         job("ml-train/small", tier="small", devices_per_replica=8), checkpoint_grace_s=120.0
     )
     await _serving_behind(session_factory, [small], nominal=8)
-    leadership, epoch = await _epoch(database_url)
+    leadership, term = await _epoch(database_url)
     try:
-        result = await _cycle(session_factory, epoch, nodes=1)
-        await _cycle(session_factory, epoch, nodes=1, now=T0 + 20)
+        result = await _cycle(session_factory, term, nodes=1)
+        await _cycle(session_factory, term, nodes=1, now=T0 + 20)
     finally:
         await leadership.release()
     assert [v.job for p in result.preemptions for v in p.victims] == [small.key]

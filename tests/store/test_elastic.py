@@ -38,7 +38,7 @@ async def _enqueue(sessions: Sessions, *pending: model.PendingJob) -> None:
 
 async def _cycle(database_url: str, sessions: Sessions, **options: object) -> model.CycleResult:
     leadership = leader.Leadership(database_url, holder="test")
-    assert await leadership.try_acquire() and leadership.epoch is not None
+    assert await leadership.try_acquire() and leadership.term is not None
     try:
         return await admission.run(
             sessions,
@@ -46,7 +46,7 @@ async def _cycle(database_url: str, sessions: Sessions, **options: object) -> mo
             policy=POLICY,
             now=T0 + 10,
             matcher=DeviceMatcher(),
-            epoch=leadership.epoch,
+            term=leadership.term,
             **options,  # type: ignore[arg-type]
         )
     finally:

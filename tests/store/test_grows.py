@@ -26,7 +26,7 @@ async def _cycle(
     database_url: str, sessions: Sessions, cluster: model.Inventory, *, now: float
 ) -> model.CycleResult:
     leadership = leader.Leadership(database_url, holder="test")
-    assert await leadership.try_acquire() and leadership.epoch is not None
+    assert await leadership.try_acquire() and leadership.term is not None
     try:
         return await admission.run(
             sessions,
@@ -34,7 +34,7 @@ async def _cycle(
             policy=POLICY,
             now=now,
             matcher=DeviceMatcher(),
-            epoch=leadership.epoch,
+            term=leadership.term,
         )
     finally:
         await leadership.release()

@@ -53,7 +53,7 @@ async def _holding(sessions: Sessions, phase: str) -> list[str]:
     return sorted(record.key for record in page.items)
 
 
-async def _apply(sessions: Sessions, operation: Operation, *, step: int, epoch: int) -> None:
+async def _apply(sessions: Sessions, operation: Operation, *, step: int, term: leader.Term) -> None:
     kind, argument = operation
     now = T0 + 10 * step
     async with sessions() as session, session.begin():
@@ -69,7 +69,7 @@ async def _apply(sessions: Sessions, operation: Operation, *, step: int, epoch: 
             return
     if kind == "cycle":
         await admission.run(
-            sessions, inventory(3), policy=POLICY, now=now, matcher=DeviceMatcher(), epoch=epoch
+            sessions, inventory(3), policy=POLICY, now=now, matcher=DeviceMatcher(), term=term
         )
         return
     phase = "Admitted" if kind == "start" else "Running"
@@ -112,12 +112,12 @@ async def _run(server_url: str, template: str, operations: list[Operation]) -> N
             await tenants.upsert_tenant(
                 session, "ml-train", (quota("ml-train", nominal=24),), actor="test", now=T0
             )
-        assert await leadership.try_acquire() and leadership.epoch is not None
+        assert await leadership.try_acquire() and leadership.term is not None
         submitted: dict[str, float] = {}
         for step, operation in enumerate(operations):
             if operation[0] == "enqueue":
                 submitted[f"ml-train/j{step}"] = T0 + 10 * step
-            await _apply(sessions, operation, step=step, epoch=leadership.epoch)
+            await _apply(sessions, operation, step=step, term=leadership.term)
             await _check(sessions, submitted)
     finally:
         await leadership.release()

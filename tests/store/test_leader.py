@@ -8,6 +8,7 @@ import gc
 
 import asyncpg
 import pytest
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.store import database, jobs, leader
@@ -64,17 +65,45 @@ async def test_a_dead_leader_connection_hands_over_and_fences_the_old_epoch(
     )
     try:
         assert await old.try_acquire()
-        old_epoch = old.epoch
-        assert old_epoch is not None
+        old_term = old.term
+        assert old_term is not None
         async with session_factory() as session, session.begin():
-            await leader.fence(session, old_epoch)
+            await leader.fence(session, old_term)
         assert old._connection is not None
         await _terminate(database_url, old._connection.get_server_pid())
         assert await new.try_acquire()
         assert not await old.is_held()
         async with session_factory() as session, session.begin():
-            with pytest.raises(NotLeaderError, match=f"this process had {old_epoch}"):
-                await leader.fence(session, old_epoch)
+            with pytest.raises(NotLeaderError, match=f"this process had {old_term.epoch}\\)"):
+                await leader.fence(session, old_term)
+    finally:
+        await old.release()
+        await new.release()
+
+
+async def test_the_same_epoch_handed_out_again_fences_the_deposed_term(
+    database_url: str, session_factory: async_sessionmaker[AsyncSession]
+) -> None:
+    """A failover that lost the last epoch raise (asynchronous replication) lets the promoted
+    database hand out an epoch a deposed leader still holds: its token must still fail."""
+    old, new = (
+        leader.Leadership(database_url, holder="old"),
+        leader.Leadership(database_url, holder="new"),
+    )
+    try:
+        assert await old.try_acquire()
+        deposed = old.term
+        assert deposed is not None
+        await old.release()
+        async with session_factory() as session, session.begin():
+            # What the promoted standby holds: the row as it was before `old` raised it.
+            await session.execute(text("UPDATE leadership SET epoch = epoch - 1, term = ''"))
+        assert await new.try_acquire()
+        assert new.term is not None and new.term.epoch == deposed.epoch
+        async with session_factory() as session, session.begin():
+            with pytest.raises(NotLeaderError, match="of another term"):
+                await leader.fence(session, deposed)
+            await leader.fence(session, new.term)
     finally:
         await old.release()
         await new.release()
@@ -90,9 +119,9 @@ async def test_a_takeover_waits_for_the_cycle_in_flight(
     )
     try:
         assert await old.try_acquire()
-        assert old.epoch is not None
+        assert old.term is not None
         async with session_factory() as session, session.begin():
-            await leader.fence(session, old.epoch)
+            await leader.fence(session, old.term)
             await old.release()
             takeover = asyncio.ensure_future(new.try_acquire())
             observer = await asyncpg.connect(database.libpq_url(database_url))
@@ -120,7 +149,7 @@ async def test_a_deposed_leaders_lifecycle_writes_commit_nothing(
     deposed = leader.Fenced(session_factory)
     try:
         assert await old.try_acquire()
-        deposed.epoch = old.epoch
+        deposed.term = old.term
         async with deposed.transaction() as session:
             await jobs.start_all(session, [jobs.Start("a/one")], at=T0 + 20, actor="old")
         await old.release()

@@ -15,9 +15,9 @@ RUNTIME_S = 3600.0
 """The samples' maxRuntimeSeconds: an admitted gang's devices are free again after it."""
 
 
-async def _cycle(sessions: Sessions, epoch: int, *, now: float) -> model.CycleResult:
+async def _cycle(sessions: Sessions, term: leader.Term, *, now: float) -> model.CycleResult:
     return await admission.run(
-        sessions, inventory(2), policy=POLICY, now=now, matcher=DeviceMatcher(), epoch=epoch
+        sessions, inventory(2), policy=POLICY, now=now, matcher=DeviceMatcher(), term=term
     )
 
 
@@ -55,9 +55,9 @@ async def test_the_reserved_start_follows_the_head_of_the_tier(
             now=T0,
         )
     leadership = leader.Leadership(database_url, holder="test")
-    assert await leadership.try_acquire() and leadership.epoch is not None
+    assert await leadership.try_acquire() and leadership.term is not None
     try:
-        first = await _cycle(session_factory, leadership.epoch, now=T0 + 10)
+        first = await _cycle(session_factory, leadership.term, now=T0 + 10)
         assert {a.job for a in first.admissions} == {"ml-train/a", "ml-train/b"}
         # Both nodes are full until the first admitted gang reaches its runtime bound.
         assert [(r.job, r.start_at) for r in first.reservations] == [
@@ -77,7 +77,7 @@ async def test_the_reserved_start_follows_the_head_of_the_tier(
         async with session_factory() as session, session.begin():
             older = job("ml-train/older", devices_per_replica=8, submitted_at=T0 - 40)
             await jobs.enqueue(session, [older], actor="test", now=T0 + 15)
-        second = await _cycle(session_factory, leadership.epoch, now=T0 + 20)
+        second = await _cycle(session_factory, leadership.term, now=T0 + 20)
         assert [r.job for r in second.reservations] == ["ml-train/older"]
         assert await _reserved(session_factory, "ml-train/older", "ml-train/big") == {
             "ml-train/older": ("Queued", second.reservations[0].start_at),
@@ -90,7 +90,7 @@ async def test_the_reserved_start_follows_the_head_of_the_tier(
             await jobs.finish(
                 session, "ml-train/a", succeeded=True, at=T0 + 25, actor="test", reason="done"
             )
-        third = await _cycle(session_factory, leadership.epoch, now=T0 + 30)
+        third = await _cycle(session_factory, leadership.term, now=T0 + 30)
         assert [a.job for a in third.admissions] == ["ml-train/older"]
     finally:
         await leadership.release()
@@ -118,9 +118,9 @@ async def test_a_suspended_job_drops_its_reserved_start(
             now=T0,
         )
     leadership = leader.Leadership(database_url, holder="test")
-    assert await leadership.try_acquire() and leadership.epoch is not None
+    assert await leadership.try_acquire() and leadership.term is not None
     try:
-        await _cycle(session_factory, leadership.epoch, now=T0 + 10)
+        await _cycle(session_factory, leadership.term, now=T0 + 10)
     finally:
         await leadership.release()
     assert (await _reserved(session_factory, "ml-train/big"))["ml-train/big"][1] is not None

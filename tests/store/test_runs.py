@@ -120,7 +120,7 @@ async def test_the_snapshot_carries_predictions_and_checkpoints(
     assert {j.predicted_runtime_s for j in unpredicted.pending} == {None}
 
     leadership = leader.Leadership(database_url, holder="test")
-    assert await leadership.try_acquire() and leadership.epoch is not None
+    assert await leadership.try_acquire() and leadership.term is not None
     try:
         first, second = [
             await admission.run(
@@ -129,7 +129,7 @@ async def test_the_snapshot_carries_predictions_and_checkpoints(
                 policy=POLICY,
                 now=now,
                 matcher=DeviceMatcher(),
-                epoch=leadership.epoch,
+                term=leadership.term,
                 estimator=runs.Estimator(predictor),
             )
             for now in (T0, T0 + 5)
