@@ -1,8 +1,9 @@
 """Where the database is and how to connect to it.
 
 Owns the URL rules (`DATABASE_URL`, `postgresql://` accepted and turned into the asyncpg
-dialect), the embedded PostgreSQL used when no URL is given (one data directory, reused across
-runs, stopped when the process exits) and engine creation. It must not touch the schema.
+dialect, several hosts as libpq writes them), the embedded PostgreSQL used when no URL is given
+(one data directory, reused across runs, stopped when the process exits) and engine creation.
+It must not touch the schema.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import subprocess
 import warnings
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg  # type: ignore[import-untyped]
 import platformdirs
@@ -36,10 +38,34 @@ _ACCEPTED_DRIVERS = frozenset({"postgresql", "postgres", "postgresql+asyncpg"})
 logger = logging.getLogger(__name__)
 
 
+DEFAULT_PORT = 5432
+
+
+def _hosts_as_query(url: str) -> str:
+    """libpq's several hosts (`postgresql://u@h1:5432,h2:5433/db?target_session_attrs=...`,
+    what CloudNativePG, Patroni and managed services hand out) in the form SQLAlchemy parses:
+    one `host=h:port` query value per host, every port spelled out (asyncpg needs them)."""
+    parts = urlsplit(url)
+    userinfo, at, hostlist = parts.netloc.rpartition("@")
+    if "," not in hostlist:
+        return url
+    hosts = []
+    for entry in hostlist.split(","):
+        host, colon, port = entry.rpartition(":") if not entry.endswith("]") else (entry, "", "")
+        if not colon:
+            host, port = entry, ""
+        if not host:
+            raise InvalidInputError(f"database URL {url!r}: empty host in {hostlist!r}")
+        hosts.append(f"host={host}:{port or DEFAULT_PORT}")
+    query = "&".join([*hosts, *([parts.query] if parts.query else [])])
+    return urlunsplit((parts.scheme, f"{userinfo}{at}", parts.path, query, parts.fragment))
+
+
 def normalize_url(url: str) -> str:
-    """Accept the URL forms people paste (`postgresql://`, `postgres://`) and use asyncpg."""
+    """Accept the URL forms people paste (`postgresql://`, `postgres://`, several hosts) and
+    use asyncpg."""
     try:
-        parsed = make_url(url)
+        parsed = make_url(_hosts_as_query(url))
     except ArgumentError as error:
         raise InvalidInputError(f"database URL {url!r} cannot be parsed: {error}") from error
     if parsed.drivername not in _ACCEPTED_DRIVERS:
@@ -51,8 +77,14 @@ def normalize_url(url: str) -> str:
 
 
 def libpq_url(url: str) -> str:
-    """The same database as a plain `postgresql://` DSN, for a raw asyncpg connection."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    """The same database as a plain `postgresql://` DSN, for a raw asyncpg connection; several
+    hosts go back into the netloc, where asyncpg reads them."""
+    parsed = make_url(url).set(drivername="postgresql")
+    hosts = parsed.query.get("host")
+    if not isinstance(hosts, tuple) or len(hosts) < 2:
+        return parsed.render_as_string(hide_password=False)
+    single = parsed.set(host="HOSTS", query={k: v for k, v in parsed.query.items() if k != "host"})
+    return single.render_as_string(hide_password=False).replace("@HOSTS", "@" + ",".join(hosts), 1)
 
 
 def with_database(url: str, database: str) -> str:

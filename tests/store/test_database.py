@@ -15,6 +15,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gangq.queue.cli import main
@@ -41,10 +42,57 @@ def test_urls_are_normalised_to_asyncpg(given: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("given", "expected", "libpq"),
+    [
+        (
+            "postgresql://u@h1:5432,h2:5433/gangq?target_session_attrs=read-write",
+            "postgresql+asyncpg://u@/gangq?host=h1%3A5432&host=h2%3A5433"
+            "&target_session_attrs=read-write",
+            "postgresql://u@h1:5432,h2:5433/gangq?target_session_attrs=read-write",
+        ),
+        (
+            "postgres://u:p@rw,ro:6000/gangq",
+            "postgresql+asyncpg://u:p@/gangq?host=rw%3A5432&host=ro%3A6000",
+            "postgresql://u:p@rw:5432,ro:6000/gangq",
+        ),
+    ],
+    ids=["libpq-hosts", "default-port"],
+)
+def test_several_hosts_reach_both_drivers(given: str, expected: str, libpq: str) -> None:
+    """libpq's host list becomes SQLAlchemy's `host=` values and back again for raw asyncpg
+    connections (leadership, LISTEN), so every connection tries the same servers in order."""
+    assert database.normalize_url(given) == expected
+    assert database.libpq_url(expected) == libpq
+
+
+async def test_several_hosts_connect_to_the_one_that_answers(database_url: str) -> None:
+    """The first host refuses; the engine and a raw connection both reach the second one,
+    which must accept writes (`target_session_attrs=read-write`)."""
+    live = make_url(database.normalize_url(database_url))
+    server = live.host or live.query["host"]  # a TCP host, or the embedded server's socket
+    url = (
+        f"postgresql://{live.username}@127.0.0.1:1,{server}:{live.port or 5432}/"
+        f"{live.database}?target_session_attrs=read-write"
+    )
+    engine = database.create_engine(url, pool_size=1)
+    try:
+        async with engine.connect() as connection:
+            assert (await connection.execute(text("SHOW transaction_read_only"))).scalar() == "off"
+    finally:
+        await engine.dispose()
+    raw = await asyncpg.connect(database.libpq_url(database.normalize_url(url)))
+    try:
+        assert await raw.fetchval("SELECT 1") == 1
+    finally:
+        await raw.close()
+
+
+@pytest.mark.parametrize(
     ("given", "message"),
     [
         ("mysql://u@db/gangq", "scheme 'mysql' is not supported"),
         ("not a url", "cannot be parsed"),
+        ("postgresql://u@h1,,h2/gangq", "empty host"),
     ],
 )
 def test_bad_urls_get_a_clear_error(given: str, message: str) -> None:
