@@ -2,10 +2,12 @@
 
 Owns the lifespan (engine, session factory, the timed database check behind `/readyz`,
 authenticator, Kubernetes client when TokenReview is used), the edge middleware (bodies checked
-before they are read, security headers, HEAD) and the mapping of errors to 4xx/503 responses
-with a message: bad input is a 4xx, and only a lost connection to PostgreSQL counts as the
-database being down. `/metrics` is not here: `scrape.py` serves it on its own port. It must not
-hold module-level state: every app built here is independent, so tests can build many.
+before they are read, security headers, HEAD, the last good reads kept) and the mapping of
+errors to 4xx/503 responses with a message: bad input is a 4xx, and only a lost connection to
+PostgreSQL counts as the database being down (a read then gets its last good answer, marked
+stale, when there is one: `stale.py`). `/metrics` is not here: `scrape.py` serves it on its
+own port. It must not hold module-level state: every app built here is independent, so tests
+can build many.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ from typing import Any
 from fastapi import FastAPI, Request, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.config.config_exception import ConfigException
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException
 
-from gangq.api import auth, bodies, headers, live, published, readiness
+from gangq.api import auth, bodies, headers, live, published, readiness, stale
 from gangq.api.routers import capacity as capacity_router
 from gangq.api.routers import cluster as cluster_router
 from gangq.api.routers import health, jobs, queues, tenants, ui, usage
@@ -63,6 +65,7 @@ def create_app(
         async with AsyncExitStack() as stack:
             engine = database.create_engine(settings.database_url)
             stack.push_async_callback(engine.dispose)
+            app.state.engine = engine
             app.state.session_factory = database.session_factory(engine)
             app.state.authenticator = authenticator or await _authenticator(
                 settings, stack, cluster=cluster
@@ -103,7 +106,10 @@ def create_app(
     ):
         app.include_router(router)
     _add_error_handlers(app)
-    # Added last, runs first: headers on every answer, then bodies before any parsing.
+    app.state.answers = stale.LastAnswers()
+    # Added last, runs first: headers on every answer, then bodies before any parsing; the
+    # last good reads are kept innermost, as the routes gave them.
+    app.add_middleware(stale.RememberAnswers, answers=app.state.answers)
     app.add_middleware(bodies.BodyGuard)
     app.add_middleware(headers.ResponseHeaders)
     return app
@@ -178,11 +184,15 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def invalid(request: Request, error: Exception) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=status.HTTP_400_BAD_REQUEST)
 
-    async def unavailable(request: Request, error: Exception) -> JSONResponse:
+    async def unavailable(request: Request, error: Exception) -> Response:
         logger.warning("database error for %s %s: %s", request.method, request.url.path, error)
         detail = "the database could not answer this request; retry shortly"
         if _is_connection_failure(error):
             metrics.set_database_up(request.app.state.metrics, is_up=False)
+            answers: stale.LastAnswers = request.app.state.answers
+            answer = answers.stale(request)
+            if answer is not None:
+                return answer
             detail = "the database is unavailable; retry shortly"
         return JSONResponse({"detail": detail}, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
 

@@ -32,6 +32,8 @@ class DatabaseHealth:
     is_up: bool = False
     checked_at: float | None = None
     problem: str = "not checked yet"
+    was_up: bool = False
+    """Whether a check has succeeded since start: this process then holds answers to serve."""
 
     async def check(self, engine: AsyncEngine, registry: metrics.Metrics) -> None:
         try:
@@ -42,7 +44,7 @@ class DatabaseHealth:
                 logger.warning("PostgreSQL does not answer: %s", error)
             self.is_up, self.problem = False, f"PostgreSQL does not answer: {type(error).__name__}"
         else:
-            self.is_up, self.problem = True, ""
+            self.is_up, self.problem, self.was_up = True, "", True
         self.checked_at = time.monotonic()
         metrics.set_database_up(registry, is_up=self.is_up)
 

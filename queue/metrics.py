@@ -62,6 +62,7 @@ class Metrics:
     database_up: Gauge
     api_retries: Counter
     api_errors: Counter
+    recovery_actions: Counter
 
 
 def create_metrics() -> Metrics:
@@ -167,6 +168,15 @@ def create_metrics() -> Metrics:
             ["resource", "reason"],
             registry=registry,
         ),
+        recovery_actions=Counter(
+            "gangq_recovery_actions",
+            "What a new leader did before its first cycle so that the database agrees with the "
+            "cluster: gangs adopted, partial gangs torn down, reservations without claims "
+            "released, jobs finished as their TrainingJob shows (after a failover that lost "
+            "commits, a restore or an empty database).",
+            ["action"],
+            registry=registry,
+        ),
         api_errors=Counter(
             "gangq_api_errors",
             "Kubernetes API requests refused for a fault of gangq's own (a missing permission, "
@@ -239,6 +249,10 @@ def record_resize(metrics: Metrics, tier: str, *, outcome: str) -> None:
     metrics.resizes.labels(
         tier=tier, outcome=outcome if outcome in RESIZE_OUTCOMES else "other"
     ).inc()
+
+
+def record_recovery_action(metrics: Metrics, *, action: str) -> None:
+    metrics.recovery_actions.labels(action=action).inc()
 
 
 def record_api_retry(metrics: Metrics, *, resource: str, reason: str) -> None:

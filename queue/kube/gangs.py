@@ -110,7 +110,7 @@ _facts_of = derived.PerInventory(_facts)
 """A pass over every device when the inventory changes, not at every step."""
 
 
-def _by_replica(objs: Iterable[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+def by_replica(objs: Iterable[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     found: dict[int, dict[str, Any]] = {}
     for obj in objs:
         label = ((obj.get("metadata") or {}).get("labels") or {}).get(objects.REPLICA_LABEL, "")
@@ -203,9 +203,9 @@ class Gangs:
                 is_running=row.started_at is not None,
                 is_evicting=row.evicting,
                 shrink_to=row.shrink_to,
-                pods=_by_replica([p for p in mine if _is_of(p, admission)]),
-                claims=_by_replica(claims.get(row.uid, {}).values()),
-                stale_pods=_by_replica([p for p in mine if not _is_of(p, admission)]),
+                pods=by_replica([p for p in mine if _is_of(p, admission)]),
+                claims=by_replica(claims.get(row.uid, {}).values()),
+                stale_pods=by_replica([p for p in mine if not _is_of(p, admission)]),
                 growing=_growth(row, grown_at),
                 pod_groups={
                     (g.get("metadata") or {}).get("name", ""): g

@@ -10,6 +10,7 @@ Errors from bad input or a refused write are logged per job and never stop the l
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import defaultdict
@@ -34,6 +35,8 @@ from gangq.queue.kube import (
     intake,
     lifecycle,
     objects,
+    recovering,
+    recovery,
     resources,
     retry,
     scale,
@@ -79,14 +82,25 @@ class Reconciler:
         self.settings = settings
         self.sessions = sessions
         self.reads = reads
-        self.writes = leader.Fenced(sessions)
-        """Every store write of a step goes through here: fenced by the step's term."""
         self.clock = clock
         self.metrics = metrics
+        self.matcher = DeviceMatcher()
+        """Kept across terms: a selector's verdict on a device depends on neither database."""
+        self.policy = settings.policy()
+        self.term: leader.Term | None = None
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """Everything a step remembers, built anew for each leadership term: a new term may
+        meet another database (a promoted standby, a restored backup), where nothing this
+        process remembers of the old one holds."""
+        view, settings, clock, metrics = self.view, self.settings, self.clock, self.metrics
+        self.writes = leader.Fenced(self.sessions)
+        """Every store write of a step goes through here: fenced by the step's term."""
         self.actuator = Actuator(
             view.kube, settings=settings, clock=clock, pod_groups=view.pod_groups
         )
-        self.history = history.History(reads)
+        self.history = history.History(self.reads)
         self.checkpoints = checkpoints.Checkpoints(
             view, writes=self.writes, actuator=self.actuator, clock=clock
         )
@@ -99,8 +113,6 @@ class Reconciler:
             actuator=self.actuator,
             history=self.history,
         )
-        self.matcher = DeviceMatcher()
-        self.policy = settings.policy()
         self.intake = intake.Intake(
             view,
             settings=settings,
@@ -109,7 +121,19 @@ class Reconciler:
             matcher=self.matcher,
             clock=clock,
         )
-        self.tenants_term: leader.Term | None = None
+        self.recovery = recovering.Recovery(
+            view,
+            settings=settings,
+            writes=self.writes,
+            actuator=self.actuator,
+            clock=clock,
+            metrics=metrics,
+        )
+        self.recovered = False
+        """Whether this term's recovery pass ran (it runs before the term's first cycle)."""
+        self.holding: frozenset[str] = frozenset()
+        """Uids of the gangs the store held at the last read: claims of any other gang keep
+        their devices out of the cycle (`recovery.unheld_devices`)."""
         self.live = jobs.LiveRecords()
         self.views = snapshot.Views()
         self.shown: dict[str, _Shown] = {}
@@ -142,14 +166,18 @@ class Reconciler:
         Nothing here raises on bad input or a lost database: the step is logged and retried
         on the next wake-up, from whatever the store and the caches say then.
         """
+        if self.term != term:
+            self._fresh()
+            self.term = term
         self.writes.term = term
         try:
             inventory = self.view.inventory()
             if inventory is None:
                 return
-            if self.tenants_term != term:
+            if not self.recovered:
                 await self._write_tenants()
-                self.tenants_term = term
+                await self._recover(inventory)
+                self.recovered = True
             await self.intake.run(inventory)
             await self.checkpoints.sync(queued=self.intake.known)
             estimator = await self.history.ensure(term=term)
@@ -157,7 +185,7 @@ class Reconciler:
             started = time.monotonic()
             result = await admission.run(
                 self.sessions,
-                inventory,
+                self._reachable(inventory),
                 policy=self.policy,
                 now=self.clock(),
                 matcher=self.matcher,
@@ -179,6 +207,25 @@ class Reconciler:
             logger.warning("not the leader any more: %s", error)
         except (StoreError, DBAPIError, OSError, InvalidInputError, KubeError) as error:
             logger.warning("step failed, retrying on the next wake-up: %s", error)
+
+    async def _recover(self, inventory: model.Inventory) -> None:
+        """The term's recovery pass (module `recovery`): before anything is admitted, the
+        store and the cluster are made to agree."""
+        async with self.reads() as session:
+            held = await self.gangs.load(session)
+        if await self.recovery.run(held, inventory):
+            self.live = jobs.LiveRecords()
+            async with self.reads() as session:
+                held = await self.gangs.load(session)
+        self.holding = frozenset(h.row.uid for h in held)
+
+    def _reachable(self, inventory: model.Inventory) -> model.Inventory:
+        """The inventory less the devices of claims whose gang the store does not hold (a
+        teardown under way, a gang the recovery could not adopt): a pod may still use them."""
+        unheld = recovery.unheld_devices(self.view.by_gang(resources.RESOURCE_CLAIMS), self.holding)
+        if not unheld:
+            return inventory
+        return dataclasses.replace(inventory, held_by_others=inventory.held_by_others | unheld)
 
     async def _write_tenants(self) -> None:
         if not self.settings.tenants:
@@ -213,6 +260,7 @@ class Reconciler:
         async with self.reads() as session:
             records = await self.live.read(session, uids=self._unshown())
             held = await self.gangs.load(session)
+        self.holding = frozenset(h.row.uid for h in held)
         return records, held
 
     def _gauges(self, inventory: model.Inventory, held: list[gangs.Held]) -> None:

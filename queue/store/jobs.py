@@ -34,6 +34,7 @@ from gangq.queue.store.models import (
     SUSPENDED,
     EventKind,
     JobRow,
+    QuotaRow,
 )
 
 LIVE_KEY_INDEX = "uq_jobs_live_key"
@@ -272,6 +273,15 @@ async def _live(session: AsyncSession, key: str) -> JobRow:
     if row is None:
         raise InvalidInputError(f"no live job {key}")
     return row
+
+
+async def live_row(session: AsyncSession, uid: str) -> JobRow | None:
+    """The job's row while it has not finished, locked for the caller's transaction."""
+    return await session.scalar(
+        select(JobRow)
+        .where(JobRow.uid == uid, JobRow.phase.not_in(FINISHED_PHASES))
+        .with_for_update()
+    )
 
 
 async def record_event(
@@ -575,6 +585,64 @@ async def requeue(
     requeued = {"replicas": list(failures)} if failures else None
     await record_event(
         session, row, kind=EventKind.REQUEUED, actor=actor, at=at, reason=reason, details=requeued
+    )
+
+
+async def adopt(
+    session: AsyncSession,
+    uid: str,
+    placement: Sequence[model.ReplicaPlacement],
+    *,
+    admitted_at: datetime,
+    started_at: float,
+    inventory: model.Inventory,
+    at: float,
+    actor: str,
+    reason: str,
+) -> None:
+    """Hold a gang the cluster runs and the store did not know of (module `recovery`): its
+    devices reserved as its claims hold them, the job Running from `started_at`, borrowing
+    what its tenant has above nominal. A device another job holds raises ConflictError."""
+    row = await session.scalar(select(JobRow).where(JobRow.uid == uid).with_for_update())
+    if row is None or row.phase != QUEUED:
+        found = "no queue entry" if row is None else f"phase {row.phase}"
+        raise InvalidInputError(f"job {uid}: only a queued job can be adopted, it has {found}")
+    size = len(placement)
+    devices = size * row.devices_per_replica
+    quota = await session.scalar(
+        select(QuotaRow.nominal).where(
+            QuotaRow.tenant == row.tenant, QuotaRow.device_class == row.device_class
+        )
+    )
+    used = sum(
+        u.in_use
+        for u in await tenant_use(session)
+        if (u.tenant, u.device_class) == (row.tenant, row.device_class)
+    )
+    await reservations.reserve(
+        session, [(row.id, placement)], at=timestamps.to_datetime(at), inventory=inventory
+    )
+    row.phase, row.size, row.attempts = RUNNING, size, row.attempts + 1
+    row.borrowed = min(devices, max(0, used + devices - (quota or 0)))
+    row.admitted_at, row.started_at = admitted_at, timestamps.to_datetime(started_at)
+    row.pending_code = row.pending_message = row.queue_position = None
+    row.reserved_start_at = row.reserved_nodes = row.not_before = None
+    row.updated_at = timestamps.to_datetime(at)
+    await record_event(
+        session,
+        row,
+        kind=EventKind.RECOVERED,
+        actor=actor,
+        at=at,
+        reason=reason,
+        details={
+            "action": "adopted",
+            "placement": [
+                {"replica": r.replica, "node": r.node, "devices": list(r.devices)}
+                for r in placement
+            ],
+            "borrowed": row.borrowed,
+        },
     )
 
 

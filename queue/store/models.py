@@ -59,6 +59,8 @@ class EventKind(StrEnum):
     SUSPENDED = "suspended"
     RESUMED = "resumed"
     QUOTA_CHANGED = "quota_changed"
+    RECOVERED = "recovered"
+    """What a new leader did to make the store agree with the cluster (module `recovery`)."""
 
 
 NAMING: Final = {

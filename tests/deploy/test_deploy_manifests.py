@@ -288,6 +288,8 @@ def test_cloudnativepg_overlay_reads_the_application_secret_of_its_cluster() -> 
     cluster = find(docs, "Cluster", "gangq-db")
     assert cluster["apiVersion"] == "postgresql.cnpg.io/v1"
     assert cluster["spec"]["instances"] >= 2
+    # Synchronous: a failover loses no acknowledged admission (docs/operations.md).
+    assert cluster["spec"]["postgresql"]["synchronous"]["number"] >= 1
     assert cluster["spec"]["bootstrap"]["initdb"] == {"database": "gangq", "owner": "gangq"}
     deployment = find(docs, "Deployment", "gangq")
     env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
