@@ -26,7 +26,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.config.config_exception import ConfigException
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException
 
 from gangq.api import auth, bodies, headers, live, published, readiness, stale
@@ -142,17 +142,6 @@ async def _authenticator(
     )
 
 
-def _is_connection_failure(error: Exception) -> bool:
-    """A lost or refused connection, as opposed to a statement PostgreSQL refused."""
-    if isinstance(error, OSError | TimeoutError):
-        return True
-    return isinstance(error, DBAPIError) and (
-        error.connection_invalidated
-        or isinstance(error.orig, OSError)
-        or isinstance(error, InterfaceError | OperationalError)
-    )
-
-
 def _finite(value: Any) -> Any:
     """JSON has no NaN or Infinity: a validation error echoing one would fail to render."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -187,7 +176,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def unavailable(request: Request, error: Exception) -> Response:
         logger.warning("database error for %s %s: %s", request.method, request.url.path, error)
         detail = "the database could not answer this request; retry shortly"
-        if _is_connection_failure(error):
+        if database.is_connection_failure(error):
             metrics.set_database_up(request.app.state.metrics, is_up=False)
             answers: stale.LastAnswers = request.app.state.answers
             answer = answers.stale(request)

@@ -2,9 +2,10 @@
 
 Owns the command's flags, connecting to the cluster (kubeconfig or in-cluster) and the
 database (which must already be migrated: a schema that is behind stops the start with a hint
-to run `gangq migrate`), and the orderly stop on SIGINT/SIGTERM. The controller runs on the
-main event loop; the REST API (`--port`) and `/metrics` (`--metrics-port`) are served from
-their own thread and loop (`gangq.api.hosting`), so no request can delay a scheduling cycle.
+to run `gangq migrate`; a database not reachable yet is waited for), and the orderly stop on
+SIGINT/SIGTERM. The controller runs on the main event loop; the REST API (`--port`) and
+`/metrics` (`--metrics-port`) are served from their own thread and loop
+(`gangq.api.hosting`), so no request can delay a scheduling cycle.
 Heavy imports load only when the command runs.
 """
 
@@ -13,6 +14,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
+import math
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +24,12 @@ from typing import Any
 from gangq.queue import eventloop, logconfig
 from gangq.queue.cli import kubeclient
 from gangq.queue.core.errors import InvalidInputError
+
+STARTUP_RETRY_S = 1.0
+STARTUP_TELL_S = 30.0
+"""While waiting for a writable database at start, a warning this often (the first at once)."""
+
+logger = logging.getLogger(__name__)
 
 
 def register(subparsers: Any) -> None:
@@ -73,12 +82,12 @@ async def serve(
     from gangq.api.settings import ApiSettings
     from gangq.queue import controller, metrics
     from gangq.queue.kube import cache
-    from gangq.queue.store import database, schema
+    from gangq.queue.store import database
 
     stop = stop or asyncio.Event()
     engine = database.create_engine(database.normalize_url(settings.database_url))
     try:
-        await schema.ensure_current(engine)
+        await until_schema_checked(engine)
         api_client = await kubeclient.api_client(settings.kubeconfig)
         async with api_client:
             cluster = cache.ClusterCache(api_client, settings=settings)
@@ -121,6 +130,30 @@ async def serve(
                 await api.stop_async()
     finally:
         await engine.dispose()
+
+
+async def until_schema_checked(engine: Any) -> None:
+    """Check the schema once a writable server answers. A replica (re)started while the
+    primary is down or a standby is being promoted waits for it, as it would for the API
+    server, instead of exiting: a restart loop would add the kubelet's back-off to the
+    outage. A schema behind, or any other refusal, still ends the start."""
+    from gangq.queue.store import database, schema
+
+    waited_s, told_s = 0.0, -math.inf
+    while True:
+        try:
+            await schema.ensure_current(engine)
+            return
+        except Exception as error:
+            if not database.is_connection_failure(error):
+                raise
+            if waited_s - told_s >= STARTUP_TELL_S:
+                logger.warning(
+                    "no writable PostgreSQL yet (%s); waiting (%.0fs so far)", error, waited_s
+                )
+                told_s = waited_s
+        await asyncio.sleep(STARTUP_RETRY_S)
+        waited_s += STARTUP_RETRY_S
 
 
 async def _watch(api: Any, stop: asyncio.Event) -> None:

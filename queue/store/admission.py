@@ -14,14 +14,22 @@ import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core import cycle, model
 from gangq.queue.core.cel import DeviceMatcher
-from gangq.queue.store import events, grows, leader, reservations, runs, snapshot, timestamps
+from gangq.queue.store import (
+    database,
+    events,
+    grows,
+    leader,
+    reservations,
+    runs,
+    snapshot,
+    timestamps,
+)
 from gangq.queue.store.errors import StoreError
 from gangq.queue.store.models import EventKind
 
@@ -74,12 +82,6 @@ FAIL_INVALID = text(
     FROM unnest(CAST(:ids AS bigint[]), CAST(:messages AS text[])) AS u(id, message)
     WHERE jobs.id = u.id AND jobs.phase = 'Queued'
     """
-)
-_CONNECTION_ERRORS = (
-    OSError,
-    asyncpg.ConnectionDoesNotExistError,
-    asyncpg.AdminShutdownError,
-    asyncpg.CannotConnectNowError,
 )
 RETRY_DELAYS_S = (0.1, 0.5, 2.0)
 """Pauses before re-running a cycle whose connection was lost."""
@@ -417,16 +419,6 @@ async def cycle_in_transaction(
     return result
 
 
-def is_connection_lost(error: DBAPIError | OSError) -> bool:
-    """True when the error means the connection died or could not be made (worth a retry)."""
-    if isinstance(error, OSError):
-        return True
-    if error.connection_invalidated:
-        return True
-    cause = getattr(error.orig, "__cause__", None)
-    return isinstance(cause, _CONNECTION_ERRORS)
-
-
 async def run(
     sessions: async_sessionmaker[AsyncSession],
     inventory: model.Inventory,
@@ -461,7 +453,7 @@ async def run(
                 )
         except (DBAPIError, OSError) as error:
             problem = getattr(error, "orig", None) or error
-            if not is_connection_lost(error) or delay_s is None:
+            if not database.is_connection_failure(error) or delay_s is None:
                 raise StoreError(
                     f"scheduling cycle failed, nothing committed: {problem}"
                 ) from error

@@ -20,7 +20,13 @@ import asyncpg  # type: ignore[import-untyped]
 import platformdirs
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DisconnectionError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    DisconnectionError,
+    InterfaceError,
+    OperationalError,
+)
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -124,6 +130,34 @@ def resolve_url(explicit: str | None = None, *, data_dir: Path | None = None) ->
     if url:
         return normalize_url(url)
     return start_embedded(data_dir)
+
+
+_CONNECTION_ERRORS = (
+    OSError,
+    TimeoutError,
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.TargetServerAttributeNotMatched,
+    asyncpg.InterfaceError,
+)
+"""What a dead, refused or read-only server raises (the last: no host accepts writes)."""
+
+
+def is_connection_failure(error: BaseException) -> bool:
+    """A connection lost, refused or to no writable server, as opposed to a statement
+    PostgreSQL refused: worth waiting out (a restart, a failover), never worth reporting as
+    the caller's fault. SQLAlchemy wraps the driver's errors; the cause is looked for too."""
+    if isinstance(error, _CONNECTION_ERRORS):
+        return True
+    if not isinstance(error, DBAPIError):
+        return False
+    if error.connection_invalidated or isinstance(error, InterfaceError | OperationalError):
+        return True
+    orig = error.orig
+    return isinstance(orig, _CONNECTION_ERRORS) or isinstance(
+        getattr(orig, "__cause__", None), _CONNECTION_ERRORS
+    )
 
 
 async def is_reachable(url: str, *, within_s: float = 2.0) -> bool:

@@ -304,3 +304,38 @@ async def test_a_read_session_sends_no_transaction(database_url: str) -> None:
         assert sent in (["BEGIN;", "COMMIT;"], ["BEGIN ISOLATION LEVEL READ COMMITTED;", "COMMIT;"])
     finally:
         await engine.dispose()
+
+
+async def test_gangq_run_waits_for_a_database_that_does_not_answer_yet(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A replica started during a failover waits (and says so) rather than exiting into the
+    kubelet's restart back-off; a schema that is behind still ends the start at once."""
+    from gangq.queue.cli import run as run_command
+
+    engine = database.create_engine("postgresql://postgres@127.0.0.1:1/gangq", pool_size=1)
+    try:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(2.5):
+                await run_command.until_schema_checked(engine)
+    finally:
+        await engine.dispose()
+    assert caplog.text.count("no writable PostgreSQL yet") == 1
+
+
+async def test_gangq_run_refuses_a_schema_behind_without_waiting(server_url: str) -> None:
+    from gangq.queue.cli import run as run_command
+    from gangq.queue.store.errors import SchemaBehindError
+
+    name = f"gangq_behind_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(database.libpq_url(server_url))
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    engine = database.create_engine(database.with_database(server_url, name), pool_size=1)
+    try:
+        with pytest.raises(SchemaBehindError, match="gangq migrate"):
+            async with asyncio.timeout(10):
+                await run_command.until_schema_checked(engine)
+    finally:
+        await engine.dispose()
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
