@@ -134,6 +134,7 @@ def resolve_url(explicit: str | None = None, *, data_dir: Path | None = None) ->
 
 _CONNECTION_ERRORS = (
     OSError,
+    asyncpg.ReadOnlySQLTransactionError,
     TimeoutError,
     asyncpg.ConnectionDoesNotExistError,
     asyncpg.AdminShutdownError,
@@ -141,7 +142,8 @@ _CONNECTION_ERRORS = (
     asyncpg.TargetServerAttributeNotMatched,
     asyncpg.InterfaceError,
 )
-"""What a dead, refused or read-only server raises (the last: no host accepts writes)."""
+"""What a dead, refused or read-only server raises (`TargetServerAttributeNotMatched`: no host
+accepts writes; `ReadOnlySQLTransactionError`: a connection to a primary since demoted)."""
 
 
 def is_connection_failure(error: BaseException) -> bool:
@@ -181,10 +183,23 @@ def create_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:
     in a step. A connection that dies unnoticed fails its statement, and the pool then
     replaces every connection it held (SQLAlchemy invalidates the whole pool on a disconnect
     error); callers retry, as after any database error.
+
+    A connection to a server that no longer takes writes (a primary demoted to standby while
+    connections stayed open) counts as disconnected too: kept, it would refuse every write
+    for good, while a new connection finds the writable server (`target_session_attrs`).
     """
     engine = create_async_engine(normalize_url(url), pool_size=pool_size)
     event.listen(engine.sync_engine.pool, "checkout", _refuse_closed)
+    event.listen(engine.sync_engine, "handle_error", _read_only_is_a_disconnect)
     return engine
+
+
+def _read_only_is_a_disconnect(context: Any) -> None:
+    cause = getattr(context.original_exception, "__cause__", None)
+    if isinstance(cause, asyncpg.ReadOnlySQLTransactionError) or isinstance(
+        context.original_exception, asyncpg.ReadOnlySQLTransactionError
+    ):
+        context.is_disconnect = True
 
 
 def _refuse_closed(dbapi_connection: Any, record: Any, proxy: Any) -> None:

@@ -16,6 +16,7 @@ import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gangq.queue.cli import main
@@ -335,6 +336,34 @@ async def test_gangq_run_refuses_a_schema_behind_without_waiting(server_url: str
         with pytest.raises(SchemaBehindError, match="gangq migrate"):
             async with asyncio.timeout(10):
                 await run_command.until_schema_checked(engine)
+    finally:
+        await engine.dispose()
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def test_a_connection_to_a_server_that_stopped_taking_writes_is_replaced(
+    server_url: str,
+) -> None:
+    """A primary demoted while connections stay open refuses their writes for good: the pool
+    drops such a connection (as if disconnected), so the next one reaches a writable server.
+    Here the database itself turns read-only for new sessions, then writable again."""
+    name = f"gangq_read_only_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(database.libpq_url(server_url))
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    engine = database.create_engine(database.with_database(server_url, name), pool_size=1)
+    try:
+        await admin.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+        async with engine.connect() as connection:
+            first = await connection.scalar(text("SELECT pg_backend_pid()"))
+        await admin.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
+        with pytest.raises(DBAPIError) as refused:
+            async with engine.begin() as connection:
+                await connection.execute(text("CREATE TABLE t (x int)"))
+        assert database.is_connection_failure(refused.value)
+        async with engine.begin() as connection:
+            await connection.execute(text("CREATE TABLE t (x int)"))
+            assert await connection.scalar(text("SELECT pg_backend_pid()")) != first
     finally:
         await engine.dispose()
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
