@@ -25,6 +25,7 @@ from gangq.queue import metrics as gangq_metrics
 from gangq.queue.config import ControllerSettings
 from gangq.queue.core import capacity, explain, model, sharing
 from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core.device import DeviceId
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.kube import (
     cache,
@@ -61,6 +62,10 @@ class _Shown:
     changed nothing leaves the version as it was, so the status is compared as well."""
     status: dict[str, Any]
     at: float
+
+
+def _reserved(held: list[gangs.Held]) -> dict[str, frozenset[DeviceId]]:
+    return {h.row.uid: frozenset(d for p in h.placement for d in p.devices) for h in held}
 
 
 class Reconciler:
@@ -131,9 +136,9 @@ class Reconciler:
         )
         self.recovered = False
         """Whether this term's recovery pass ran (it runs before the term's first cycle)."""
-        self.holding: frozenset[str] = frozenset()
-        """Uids of the gangs the store held at the last read: claims of any other gang keep
-        their devices out of the cycle (`recovery.unheld_devices`)."""
+        self.holding: dict[str, frozenset[DeviceId]] = {}
+        """The devices the store held per gang uid at the last read: what the cluster shows
+        beyond them stays out of the cycle (`recovery.lingering`)."""
         self.live = jobs.LiveRecords()
         self.views = snapshot.Views()
         self.shown: dict[str, _Shown] = {}
@@ -182,10 +187,12 @@ class Reconciler:
             await self.checkpoints.sync(queued=self.intake.known)
             estimator = await self.history.ensure(term=term)
             await self._scale()
+            reachable, held_back = self._lingering(inventory)
             started = time.monotonic()
             result = await admission.run(
                 self.sessions,
-                self._reachable(inventory),
+                reachable,
+                held_back=held_back,
                 policy=self.policy,
                 now=self.clock(),
                 matcher=self.matcher,
@@ -217,15 +224,21 @@ class Reconciler:
             self.live = jobs.LiveRecords()
             async with self.reads() as session:
                 held = await self.gangs.load(session)
-        self.holding = frozenset(h.row.uid for h in held)
+        self.holding = _reserved(held)
 
-    def _reachable(self, inventory: model.Inventory) -> model.Inventory:
-        """The inventory less the devices of claims whose gang the store does not hold (a
-        teardown under way, a gang the recovery could not adopt): a pod may still use them."""
-        unheld = recovery.unheld_devices(self.view.by_gang(resources.RESOURCE_CLAIMS), self.holding)
-        if not unheld:
-            return inventory
-        return dataclasses.replace(inventory, held_by_others=inventory.held_by_others | unheld)
+    def _lingering(self, inventory: model.Inventory) -> tuple[model.Inventory, frozenset[str]]:
+        """The inventory less the devices of claims the store does not back (a teardown under
+        way, a gang the recovery could not adopt), and the queue entries held back until what
+        the cluster still shows of their earlier attempt is gone (module `recovery`)."""
+        found = recovery.lingering(
+            self.view.by_gang(resources.RESOURCE_CLAIMS),
+            self.view.running_gangs(),
+            self.holding,
+        )
+        if not found.devices:
+            return inventory, found.gangs
+        others = inventory.held_by_others | found.devices
+        return dataclasses.replace(inventory, held_by_others=others), found.gangs
 
     async def _write_tenants(self) -> None:
         if not self.settings.tenants:
@@ -260,7 +273,7 @@ class Reconciler:
         async with self.reads() as session:
             records = await self.live.read(session, uids=self._unshown())
             held = await self.gangs.load(session)
-        self.holding = frozenset(h.row.uid for h in held)
+        self.holding = _reserved(held)
         return records, held
 
     def _gauges(self, inventory: model.Inventory, held: list[gangs.Held]) -> None:

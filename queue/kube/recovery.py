@@ -17,8 +17,9 @@ reconciler carries the actions out):
 - a gang the store holds whose claims and pods are complete but of a later attempt than the
   store's (restarted after the backup was taken) is adopted as it runs.
 
-Until a gang is held by the store or gone, the devices of its allocated claims stay out of the
-cycle's reach (`unheld_devices`), whatever the store says of them.
+In every step, not only at a term's start, what the cluster still shows of gangs the store does
+not hold stays out of the cycle (`lingering`): their claims' devices are placed nowhere, and
+their jobs are not admitted again until their claims and pods are gone.
 """
 
 from __future__ import annotations
@@ -37,8 +38,6 @@ ADOPTED = "adopted"
 TORN_DOWN = "torn_down"
 RELEASED = "released"
 FINISHED = "finished"
-ACTIONS = (ADOPTED, TORN_DOWN, RELEASED, FINISHED)
-"""The `action` label values of `gangq_recovery_actions_total`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +106,9 @@ def decide(
     for gang in held:
         holding.add(gang.uid)
         found = gangs.get(gang.uid)
+        job = jobs_by_uid.get(scale.job_uid(gang.uid))
+        if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
+            continue  # the lifecycle ends a deleted job's gang as it always does
         if found is None or not found.claims:
             actions.append(_release(gang, found, jobs_by_uid))
             continue
@@ -246,18 +248,35 @@ def placement_of(
     )
 
 
-def unheld_devices(
-    claims_by_gang: Mapping[str, Mapping[str, Mapping[str, Any]]], holding: Collection[str]
-) -> frozenset[DeviceId]:
-    """Devices allocated to claims of gangs the store does not hold: a running pod may use
-    them, so no gang is placed there until the claim is gone or its gang adopted."""
-    return frozenset(
+@dataclass(frozen=True, slots=True)
+class Lingering:
+    """What the store does not hold but the cluster still shows, in every step."""
+
+    devices: frozenset[DeviceId]
+    """Allocated in a claim of gangq's that no reservation of that claim's gang backs: a pod
+    may use them, so no gang is placed there until the claim is gone or its gang adopted."""
+    gangs: frozenset[str]
+    """Gang uids with a claim or a live pod while the store holds nothing for them: their
+    queue entry is not admitted again until those are gone (the new attempt's claims and
+    pods take the same names, and would meet the old ones)."""
+
+
+def lingering(
+    claims_by_gang: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    running: Collection[str],
+    reserved: Mapping[str, frozenset[DeviceId]],
+) -> Lingering:
+    """`claims_by_gang`: gangq's claims per gang label; `running`: the gang labels with a pod
+    that has not terminated; `reserved`: the devices the store holds per gang uid."""
+    devices = frozenset(
         device
         for gang, claims in claims_by_gang.items()
-        if gang not in holding
         for claim in claims.values()
         for device in objects.allocated_devices(claim) or ()
+        if device not in reserved.get(gang, frozenset())
     )
+    gangs = frozenset(g for g in (*claims_by_gang, *running) if g not in reserved)
+    return Lingering(devices, gangs)
 
 
 def _annotation(pod: Mapping[str, Any], name: str) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy import text
@@ -368,16 +368,25 @@ async def cycle_in_transaction(
     actor: str = "controller",
     estimator: runs.Estimator | None = None,
     views: snapshot.Views | None = None,
+    held_back: Collection[str] = (),
 ) -> model.CycleResult:
     """One cycle inside the caller's transaction; the caller commits or rolls back.
 
     With an `estimator` the core plans on predicted runtimes (rule 5), else on runtime bounds;
-    `views` keeps the jobs' core views from one cycle to the next (`snapshot.Views`).
+    `views` keeps the jobs' core views from one cycle to the next (`snapshot.Views`). Queued
+    jobs whose uid is in `held_back` sit this cycle out, their stored reason and position
+    left as they were (a wait of a step or two, seldom news).
     """
     await session.execute(SERIALIZE_CYCLES, {"key": CYCLE_LOCK_KEY})
     await leader.fence(session, term)
     loaded = await snapshot.load(
-        session, inventory, now=now, estimator=estimator, views=views, policy=policy
+        session,
+        inventory,
+        now=now,
+        estimator=estimator,
+        views=views,
+        policy=policy,
+        held_back=held_back,
     )
     result = cycle.run_cycle(snapshot=loaded.snapshot, policy=policy, now=now, matcher=matcher)
     await _write_admissions(
@@ -431,6 +440,7 @@ async def run(
     retry_delays_s: Sequence[float] = RETRY_DELAYS_S,
     estimator: runs.Estimator | None = None,
     views: snapshot.Views | None = None,
+    held_back: Collection[str] = (),
 ) -> model.CycleResult:
     """Run one cycle in its own transaction; a lost connection re-runs it on a new one.
 
@@ -450,6 +460,7 @@ async def run(
                     actor=actor,
                     estimator=estimator,
                     views=views,
+                    held_back=held_back,
                 )
         except (DBAPIError, OSError) as error:
             problem = getattr(error, "orig", None) or error

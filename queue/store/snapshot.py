@@ -7,7 +7,7 @@ with an `invalid` reason instead of stopping the cycle.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -338,14 +338,18 @@ async def load(
     estimator: runs.Estimator | None = None,
     views: Views | None = None,
     policy: model.Policy | None = None,
+    held_back: Collection[str] = (),
 ) -> Loaded:
     """The cycle's input; with an `estimator`, jobs carry predicted runtimes and ends (rule 5).
     `views` keeps the core views from the last cycle (see `Views`); with a `policy` that
-    forecasts serving scale-ups, the snapshot carries the admissions they are learned from."""
+    forecasts serving scale-ups, the snapshot carries the admissions they are learned from.
+    Queued rows whose uid is in `held_back` stay out of the snapshot."""
     quotas = await tenants.all_quotas(session)
     holding = await holding_rows(session)
     placements = await reservations.active_by_job(session)
     queued = await queued_rows(session, now=now)
+    if held_back:
+        queued = [row for row in queued if row.uid not in held_back]
     kept = views or Views()
     pending, unreadable, running = kept.build(queued, holding, placements, estimator=estimator)
     grows = growable(holding, estimator=estimator)

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gangq.queue.bench.postgres_pair import PostgresPair
 from gangq.queue.kube import objects, resources
-from gangq.queue.store import database, schema
+from gangq.queue.store import database, jobs, schema
 from tests.controller.conftest import Harness, running_harness, training_job, wait_for
 
 pytestmark = pytest.mark.slow
@@ -109,6 +109,14 @@ async def test_a_killed_primary_loses_no_admission_and_admissions_resume(
             assert uids <= _pod_uids(harness, job), f"{job}'s pods were made again"
         recovered = harness.metrics["a"].recovery_actions.collect()[0].samples
         assert [s for s in recovered if s.name.endswith("_total")] == []
+        # No gang started in part and was torn down: each was admitted once and never requeued.
+        sessions = database.session_factory(engine)
+        async with sessions() as session:
+            for name in names:
+                detail = await jobs.get_job(session, f"ml-train/{name}")
+                assert detail is not None
+                kinds = [str(e.kind) for e in detail.history]
+                assert (kinds.count("admitted"), kinds.count("requeued")) == (1, 0), kinds
 
 
 @pytest.mark.parametrize("pair_engine", [False], indirect=True, ids=["asynchronous"])

@@ -20,8 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gangq.queue.bench import postgres_pair
 from gangq.queue.kube import objects, resources
+from gangq.queue.kubesim.cluster import Inventory
 from gangq.queue.store import database, jobs
-from tests.controller.conftest import Harness, training_job, wait_for
+from tests.controller.conftest import Harness, running_harness, training_job, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -182,3 +183,57 @@ async def test_an_older_backup_finishes_ended_gangs_and_adopts_later_ones(
     finally:
         await harness.stop("b")
         await engine.dispose()
+
+
+async def test_a_partial_gang_slow_to_go_is_neither_admitted_again_nor_built_on(
+    engine: AsyncEngine, other_url: str
+) -> None:
+    """The soak's finding: the new leader tears down a gang the database lost, the API server
+    refuses the claims' deletion for a while, and meanwhile the job is queued again. No gang
+    may be placed on the devices those claims still hold (a serving job ordered first would
+    take the first node), and the job's new attempt must not start until the old claims are
+    gone (the names would meet)."""
+    async with running_harness(engine, inventory=Inventory(nodes=3, gpus_per_node=8)) as harness:
+        harness.start("a")
+        await harness.kube.create(
+            resources.TRAINING_JOBS, "ml-train", training_job("lost", devices=8, run_seconds=None)
+        )
+        await wait_for(lambda: harness.phase("lost") == "Running")
+        await harness.stop("a")
+        old = {
+            c["metadata"]["name"]: objects.allocated_devices(c)
+            for c in harness.objects(resources.RESOURCE_CLAIMS)
+        }
+        await harness.kube.delete(resources.PODS, "ml-train", "lost-1")
+        await wait_for(lambda: len(_pods(harness, "lost")) == 1)
+        serving = training_job(
+            "serving", namespace="inference", tier="prod-inference", replicas=1, devices=8
+        )
+        await harness.kube.create(resources.TRAINING_JOBS, "inference", serving)
+        harness.cluster.faults.fail_next(40, code=500, verb="delete", resource="resourceclaims")
+
+        new_engine = await _switch(harness, other_url)
+        try:
+            harness.start("b")
+            seen_twice: list[str] = []
+
+            def settled() -> bool:
+                held = Counter(
+                    d
+                    for c in harness.objects(resources.RESOURCE_CLAIMS)
+                    for d in objects.allocated_devices(c) or ()
+                )
+                seen_twice.extend(d for d, n in held.items() if n > 1)
+                return harness.phase("lost") == "Running" and len(_pods(harness, "lost")) == 2
+
+            await wait_for(settled, within_s=60)
+            assert seen_twice == []
+            assert harness.phase("serving", "inference") in ("Running", "Succeeded")
+            lost = await _history(new_engine, "ml-train/lost")
+            assert [kind for kind, _ in lost].count("admitted") == 1
+            assert any(reason.startswith("torn down: partial gang") for _, reason in lost)
+            assert old, "the lost gang had claims"
+            _no_device_twice(harness)
+        finally:
+            await harness.stop("b")
+            await new_engine.dispose()

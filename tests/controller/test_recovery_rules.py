@@ -231,21 +231,39 @@ def test_a_store_gang_with_no_claim_gives_its_devices_back(
     assert (action.finished, reason in action.reason) == (finished, True)
 
 
+def test_a_store_gang_of_a_deleted_job_is_left_to_its_lifecycle() -> None:
+    store = recovery.StoreGang(UID, "ml/train", ADMITTED)
+    deleting = _job()
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-07T10:00:00Z"
+    assert recovery.decide(held=[store], cluster=[], jobs_by_uid={}) == []
+    assert recovery.decide(held=[store], cluster=[], jobs_by_uid={UID: deleting}) == []
+
+
 def test_a_store_gang_whose_claims_run_is_left_to_its_lifecycle() -> None:
     store = recovery.StoreGang(UID, "ml/train", ADMITTED)
-    assert recovery.decide(held=[store], cluster=[_gang(**WHOLE)], jobs_by_uid={}) == []
+    jobs = {UID: _job()}
+    assert recovery.decide(held=[store], cluster=[_gang(**WHOLE)], jobs_by_uid=jobs) == []
     partial = _gang(claims=WHOLE["claims"], pods={0: _pod(0)})
-    assert recovery.decide(held=[store], cluster=[partial], jobs_by_uid={}) == []
+    assert recovery.decide(held=[store], cluster=[partial], jobs_by_uid=jobs) == []
 
 
 def test_a_later_attempt_than_the_stores_is_adopted_in_its_place() -> None:
     store = recovery.StoreGang(UID, "ml/train", LATER)
-    actions = recovery.decide(held=[store], cluster=[_gang(**WHOLE)], jobs_by_uid={})
+    actions = recovery.decide(held=[store], cluster=[_gang(**WHOLE)], jobs_by_uid={UID: _job()})
     assert [type(a) for a in actions] == [recovery.Release, recovery.Adopt]
     assert actions[0].finished is None  # type: ignore[union-attr]
 
 
-def test_devices_of_claims_whose_gang_the_store_does_not_hold_are_kept_out() -> None:
-    claims = {UID: {"c0": _claim(0)}, "other": {"c1": _claim(1)}}
-    assert recovery.unheld_devices(claims, {UID}) == {_device(1)}
-    assert recovery.unheld_devices(claims, {UID, "other"}) == frozenset()
+def test_what_the_store_does_not_back_is_kept_out_of_the_cycle() -> None:
+    """A claim of a gang the store does not hold, and a claim of an earlier attempt of a gang
+    that holds other devices now: their devices are placed nowhere, and a queue entry with
+    such leftovers (or a live pod) is not admitted until they are gone."""
+    claims = {UID: {"c0": _claim(0)}, "other": {"c1": _claim(1)}, "stale": {"c2": _claim(2)}}
+    reserved = {UID: frozenset({_device(0)}), "stale": frozenset({_device(5)})}
+    found = recovery.lingering(claims, {"pod-only", UID}, reserved)
+    assert found.devices == {_device(1), _device(2)}
+    assert found.gangs == {"other", "pod-only"}
+    everything = {**reserved, "other": frozenset({_device(1)}), "pod-only": frozenset()}
+    assert recovery.lingering(
+        claims, {"pod-only"}, {**everything, "stale": frozenset({_device(2)})}
+    ) == recovery.Lingering(frozenset(), frozenset())
