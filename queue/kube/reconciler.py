@@ -203,6 +203,8 @@ class Reconciler:
             )
             gangq_metrics.observe_cycle(self.metrics, time.monotonic() - started)
             records, held = await self._read_state()
+            if await self.recovery.run(held, inventory, first=False):
+                records, held = await self._read_state()
             self._count(result, records)
             if time.monotonic() >= self.gauged_at + self.settings.gauges_interval_s:
                 self.gauged_at = time.monotonic()
@@ -216,11 +218,12 @@ class Reconciler:
             logger.warning("step failed, retrying on the next wake-up: %s", error)
 
     async def _recover(self, inventory: model.Inventory) -> None:
-        """The term's recovery pass (module `recovery`): before anything is admitted, the
-        store and the cluster are made to agree."""
+        """The term's first recovery pass (module `recovery`): before anything is admitted,
+        the store and the cluster are made to agree. Later passes, one a step, judge only
+        the cluster's gangs the store does not hold."""
         async with self.reads() as session:
             held = await self.gangs.load(session)
-        if await self.recovery.run(held, inventory):
+        if await self.recovery.run(held, inventory, first=True):
             self.live = jobs.LiveRecords()
             async with self.reads() as session:
                 held = await self.gangs.load(session)
@@ -335,14 +338,17 @@ class Reconciler:
         )
 
     async def _sweep(self, held: list[gangs.Held], records: Mapping[str, jobs.JobRecord]) -> None:
-        """Claims and running pods of gangs that hold nothing (left by a crash) go; terminated
-        pods stay for their logs. A job whose TrainingJob is gone finishes in the store; a
-        finished one past its `ttlSecondsAfterFinished` is deleted."""
+        """Claims and running pods of gangs that hold nothing (left by a crash, or partial
+        gangs the recovery tore down) go, except the whole ones the recovery adopts;
+        terminated pods stay for their logs. A job whose TrainingJob is gone finishes in the
+        store; a finished one past its `ttlSecondsAfterFinished` is deleted."""
         holding = {h.row.uid for h in held}
         busy = {h.gang.job_uid for h in held}
         pods = self.view.by_gang(resources.PODS)
         claims = self.view.by_gang(resources.RESOURCE_CLAIMS)
         for uid in (self.view.running_gangs() | set(claims)) - holding:
+            if uid in self.recovery.whole:
+                continue  # the recovery adopts it
             running = [p for p in pods.get(uid, {}).values() if not lifecycle.is_terminated(p)]
             left = list(claims.get(uid, {}).values())
             if not running and not left:

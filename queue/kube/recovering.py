@@ -45,6 +45,8 @@ class Recovery:
         self.actuator = actuator
         self.clock = clock
         self.metrics = metrics
+        self.whole: set[str] = set()
+        """Gangs the last pass found whole and unheld (to adopt): the sweep leaves them be."""
 
     def cluster_gangs(self) -> list[recovery.ClusterGang]:
         """Every gang label among gangq's claims and pods, with its TrainingJob."""
@@ -67,13 +69,26 @@ class Recovery:
             )
         return found
 
-    async def run(self, held: list[gangs.Held], inventory: model.Inventory) -> int:
-        """One pass; returns how many actions were carried out."""
+    async def run(self, held: list[gangs.Held], inventory: model.Inventory, *, first: bool) -> int:
+        """One pass; returns how many actions it carried out.
+
+        The term's `first` pass, before its first cycle, does everything `recovery.decide`
+        says. The later ones, one a step, only adopt, and only a gang seen whole and unheld by
+        the step before too: what the caches show a moment after a gang ended (its claims'
+        deletion not seen yet) must not pass for a gang the store forgot. They leave partial
+        gangs to the sweep, which leaves them the whole ones (`whole`)."""
         actions = recovery.decide(
             held=[recovery.StoreGang(h.row.uid, h.gang.key, h.gang.admitted_at) for h in held],
             cluster=self.cluster_gangs(),
             jobs_by_uid={uid: job for uid in self._uids(held) if (job := self.view.job(uid))},
+            first=first,
         )
+        seen, self.whole = (
+            self.whole,
+            {a.gang.uid for a in actions if isinstance(a, recovery.Adopt)},
+        )
+        if not first:
+            actions = [a for a in actions if isinstance(a, recovery.Adopt) and a.gang.uid in seen]
         done = 0
         for action in actions:
             try:

@@ -97,14 +97,22 @@ def decide(
     held: Iterable[StoreGang],
     cluster: Iterable[ClusterGang],
     jobs_by_uid: Mapping[str, Mapping[str, Any]],
+    first: bool = True,
 ) -> list[Action]:
     """The actions of one recovery pass, in order: the store's gangs first (their devices may
-    be the ones an adopted gang holds), then the cluster's gangs the store does not hold."""
+    be the ones an adopted gang holds), then the cluster's gangs the store does not hold.
+
+    The store's gangs are judged on a term's `first` pass only: later, a gang admitted a
+    moment ago has no claim yet. The cluster's gangs are judged at every step, so that no
+    step of a deposed leader, reading a promoted database before the new leader's first pass,
+    ever kills a gang that runs whole (the reconciler's sweep leaves those to be adopted)."""
     gangs = {g.uid: g for g in cluster}
     holding = set()
     actions: list[Action] = []
     for gang in held:
         holding.add(gang.uid)
+        if not first:
+            continue
         found = gangs.get(gang.uid)
         job = jobs_by_uid.get(scale.job_uid(gang.uid))
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
@@ -116,12 +124,8 @@ def decide(
             reason = "released after database recovery: the cluster runs a later attempt"
             actions += [Release(gang, finished=None, reason=reason), _adoption(found)]
     for found in gangs.values():
-        if found.uid in holding or found.job is None or not _live(found):
+        if found.uid in holding or not covers(found.job) or not _live(found):
             continue
-        if (found.job.get("metadata") or {}).get("deletionTimestamp"):
-            continue  # the sweep ends it with its TrainingJob
-        if ((found.job.get("status") or {}).get("phase")) in scale.FINISHED:
-            continue  # leftovers of an ended job: the sweep clears them
         problem = incomplete(found)
         if problem is None:
             actions.append(_adoption(found))
@@ -129,6 +133,14 @@ def decide(
             reason = f"torn down: partial gang found after database recovery: {problem}"
             actions.append(TearDown(found, reason=reason))
     return actions
+
+
+def covers(job: Mapping[str, Any] | None) -> bool:
+    """Whether a gang of this TrainingJob is the recovery's to judge: the job is there, not
+    being deleted and not shown finished. The others' leftovers are the sweep's."""
+    if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return ((job.get("status") or {}).get("phase")) not in scale.FINISHED
 
 
 def _release(

@@ -267,3 +267,11 @@ def test_what_the_store_does_not_back_is_kept_out_of_the_cycle() -> None:
     assert recovery.lingering(
         claims, {"pod-only"}, {**everything, "stale": frozenset({_device(2)})}
     ) == recovery.Lingering(frozenset(), frozenset())
+
+
+def test_only_a_terms_first_pass_judges_the_stores_gangs() -> None:
+    """Later in a term a gang admitted a moment ago has no claim yet: not a lost one."""
+    store = recovery.StoreGang(UID, "ml/train", ADMITTED)
+    jobs = {UID: _job()}
+    assert recovery.decide(held=[store], cluster=[], jobs_by_uid=jobs, first=False) == []
+    assert recovery.decide(held=[store], cluster=[], jobs_by_uid=jobs, first=True) != []
