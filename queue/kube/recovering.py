@@ -10,7 +10,7 @@ pass, or the sweep, meets the same facts again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -48,12 +48,21 @@ class Recovery:
         self.whole: set[str] = set()
         """Gangs the last pass found whole and unheld (to adopt): the sweep leaves them be."""
 
-    def cluster_gangs(self) -> list[recovery.ClusterGang]:
-        """Every gang label among gangq's claims and pods, with its TrainingJob."""
+    def cluster_gangs(
+        self, *, besides: Collection[str] | None = None
+    ) -> list[recovery.ClusterGang]:
+        """The gangs among gangq's claims and pods, with their TrainingJob: every label, or
+        with `besides` (the gang uids the store holds) only the others that have a claim or
+        a live pod. A step must not walk the pods of every gang that ever ended, kept for
+        their logs; a term's first pass may."""
         claims = self.view.by_gang(resources.RESOURCE_CLAIMS)
         pods = self.view.by_gang(resources.PODS)
+        if besides is None:
+            uids = set(claims) | set(pods)
+        else:
+            uids = (set(claims) | self.view.running_gangs()) - set(besides)
         found = []
-        for uid in set(claims) | set(pods):
+        for uid in uids:
             live = [
                 p
                 for p in pods.get(uid, {}).values()
@@ -79,7 +88,7 @@ class Recovery:
         gangs to the sweep, which leaves them the whole ones (`whole`)."""
         actions = recovery.decide(
             held=[recovery.StoreGang(h.row.uid, h.gang.key, h.gang.admitted_at) for h in held],
-            cluster=self.cluster_gangs(),
+            cluster=self.cluster_gangs(besides=None if first else [h.row.uid for h in held]),
             jobs_by_uid={uid: job for uid in self._uids(held) if (job := self.view.job(uid))},
             first=first,
         )
