@@ -210,7 +210,7 @@ async def test_a_partial_gang_slow_to_go_is_neither_admitted_again_nor_built_on(
             "serving", namespace="inference", tier="prod-inference", replicas=1, devices=8
         )
         await harness.kube.create(resources.TRAINING_JOBS, "inference", serving)
-        harness.cluster.faults.fail_next(40, code=500, verb="delete", resource="resourceclaims")
+        harness.cluster.faults.fail_next(10, code=500, verb="delete", resource="resourceclaims")
 
         new_engine = await _switch(harness, other_url)
         try:
