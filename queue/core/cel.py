@@ -166,6 +166,49 @@ _Accepted = tuple[Mapping[DeviceId, Device], tuple[Device, ...], frozenset[Devic
 """The devices mapping a selector tuple was asked of, the devices it accepted and their ids."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Partition:
+    """The placed devices of one inventory grouped by the values one `Reads` takes: selector
+    tuples reading those fields are answered once per group, and their members and per-node
+    counts are made of whole groups."""
+
+    devices: Mapping[DeviceId, Device]
+    placed: list[tuple[DeviceId, Device]]
+    values: list[tuple[object, ...]]
+    """What the fields read are for each of `placed`, in its order."""
+    firsts: dict[tuple[object, ...], Device]
+    """Per group, its first device: the one the group's answer is evaluated on."""
+    untainted: dict[tuple[object, ...], dict[str, int]]
+    """Per group, its untainted devices per node."""
+
+    @classmethod
+    def of(
+        cls,
+        devices: Mapping[DeviceId, Device],
+        placed: list[tuple[DeviceId, Device]],
+        values: list[tuple[object, ...]],
+    ) -> _Partition:
+        firsts: dict[tuple[object, ...], Device] = {}
+        untainted: dict[tuple[object, ...], dict[str, int]] = {}
+        for (_, device), seen in zip(placed, values, strict=True):
+            per_node = untainted.get(seen)
+            if per_node is None:
+                firsts[seen] = device
+                per_node = untainted[seen] = {}
+            if not device.is_tainted and device.node is not None:
+                per_node[device.node] = per_node.get(device.node, 0) + 1
+        return cls(devices, placed, values, firsts, untainted)
+
+    def members(self, matching: list[tuple[object, ...]]) -> list[tuple[DeviceId, Device]]:
+        """The placed devices of the `matching` groups, in the inventory's order."""
+        if len(matching) == len(self.firsts):
+            return self.placed
+        if not matching:
+            return []
+        keep = set(matching)
+        return [pair for pair, seen in zip(self.placed, self.values, strict=True) if seen in keep]
+
+
 def compile_selector(expression: str) -> cel.Program:
     """Compile once; a syntax error names the expression and the problem."""
     try:
@@ -204,6 +247,10 @@ class DeviceMatcher:
     )
     """Per field read: the devices mapping it was read of, and each placed device's value in
     its order; selector tuples reading a field in common share its pass."""
+    _placed_of: tuple[Mapping[DeviceId, Device], list[tuple[DeviceId, Device]]] | None = None
+    """The devices mapping last asked of, and its devices on a node."""
+    _partitions: dict[tuple[Lookup, ...], _Partition] = field(default_factory=dict)
+    """Per fields read (`Reads.lookups`): the placed devices grouped by their values."""
     _followed: Mapping[DeviceId, Device] | None = None
     """The inventory's devices mapping `follow` saw last."""
     runtime_errors: dict[str, str] = field(default_factory=dict)
@@ -323,29 +370,16 @@ class DeviceMatcher:
         known = self._members.get(expressions)
         if known is not None and known[0] is devices:
             return known
-        placed = [
-            (device_id, device) for device_id, device in devices.items() if device.node is not None
-        ]
-        reads = self._reads_of(expressions)
-        if reads is None:
+        grouped = self._matching_groups(expressions, devices)
+        if grouped is None:
             found = [
                 (device_id, device)
-                for device_id, device in placed
+                for device_id, device in self._placed(devices)
                 if self.matches_all(expressions, device, device_id=device_id)
             ]
         else:
-            # one answer per distinct values read, not one per device: a new leader asks this
-            # of every device of the fleet for every selector tuple
-            values = self._values(reads, devices, placed)
-            one_each = dict(zip(values, (device for _, device in placed), strict=True))
-            matching = {
-                seen
-                for seen, device in one_each.items()
-                if self._shared_answer(
-                    expressions, seen, functools.partial(self._each, expressions, device)
-                )
-            }
-            found = [pair for pair, seen in zip(placed, values, strict=True) if seen in matching]
+            partition, matching = grouped
+            found = partition.members(matching)
         accepted = (
             devices,
             tuple(device for _, device in found),
@@ -354,6 +388,26 @@ class DeviceMatcher:
         self._members[expressions] = accepted
         return accepted
 
+    def _matching_groups(
+        self, expressions: tuple[str, ...], devices: Mapping[DeviceId, Device]
+    ) -> tuple[_Partition, list[tuple[object, ...]]] | None:
+        """The placed devices grouped by what the expressions read, and the groups they
+        accept: one answer per group, not one per device (a new leader asks this of every
+        device of the fleet for every selector tuple). None when they read more than fields
+        by name, so each device needs its own answer."""
+        reads = self._reads_of(expressions)
+        if reads is None:
+            return None
+        partition = self._partition(reads, devices)
+        matching = [
+            seen
+            for seen, first in partition.firsts.items()
+            if self._shared_answer(
+                expressions, seen, functools.partial(self._each, expressions, first)
+            )
+        ]
+        return partition, matching
+
     def count_by_node(
         self, expressions: tuple[str, ...], devices: Mapping[DeviceId, Device]
     ) -> dict[str, int]:
@@ -361,12 +415,43 @@ class DeviceMatcher:
         known = self._counts.get(expressions)
         if known is not None and known[0] is devices:
             return known[1]
+        grouped = self._matching_groups(expressions, devices)
         counts: dict[str, int] = {}
-        for device in self.members(expressions, devices):
-            if device.node is not None and not device.is_tainted:
-                counts[device.node] = counts.get(device.node, 0) + 1
+        if grouped is None:
+            for device in self.members(expressions, devices):
+                if device.node is not None and not device.is_tainted:
+                    counts[device.node] = counts.get(device.node, 0) + 1
+        else:
+            partition, matching = grouped
+            for seen in matching:
+                for node, count in partition.untainted[seen].items():
+                    counts[node] = counts.get(node, 0) + count
         self._counts[expressions] = (devices, counts)
         return counts
+
+    def _placed(self, devices: Mapping[DeviceId, Device]) -> list[tuple[DeviceId, Device]]:
+        """The devices on a node, in the mapping's order (remembered per mapping)."""
+        known = self._placed_of
+        if known is None or known[0] is not devices:
+            known = self._placed_of = (
+                devices,
+                [
+                    (device_id, device)
+                    for device_id, device in devices.items()
+                    if device.node is not None
+                ],
+            )
+        return known[1]
+
+    def _partition(self, reads: Reads, devices: Mapping[DeviceId, Device]) -> _Partition:
+        """`_Partition` by what `reads` reads, remembered while the inventory keeps `devices`."""
+        known = self._partitions.get(reads.lookups)
+        if known is None or known.devices is not devices:
+            placed = self._placed(devices)
+            known = self._partitions[reads.lookups] = _Partition.of(
+                devices, placed, self._values(reads, devices, placed)
+            )
+        return known
 
     def _values(
         self,
@@ -408,3 +493,6 @@ class DeviceMatcher:
         self._members = {k: v for k, v in self._members.items() if v[0] is keep}
         self._counts = {k: v for k, v in self._counts.items() if v[0] is keep}
         self._columns = {k: v for k, v in self._columns.items() if v[0] is keep}
+        self._partitions = {k: v for k, v in self._partitions.items() if v.devices is keep}
+        if self._placed_of is not None and self._placed_of[0] is not keep:
+            self._placed_of = None
