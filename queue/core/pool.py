@@ -2,8 +2,9 @@
 
 Owns the mutable state one cycle works on: which devices are free, how much CPU, memory and pod
 room each node has left for gangq pods, and per selector (device class + job selectors) the free
-matching devices of each node bucketed by count, so a job never scans every device. Built fresh
-from the snapshot each cycle; it decides nothing, it only answers and records.
+matching devices of each node bucketed by count, so a job never scans every device. Built each
+cycle from what the running gangs leave free (module `occupancy`); it decides nothing, it only
+answers and records.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from gangq.queue.core import derived, fit, sharing
+from gangq.queue.core import derived, fit, occupancy, sharing
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.device import CounterSetId, Device, DeviceId
 from gangq.queue.core.model import (
@@ -30,10 +31,6 @@ SelectorKey = tuple[str, tuple[str, ...], sharing.CapacityRequests]
 cached by."""
 Held = tuple[NodeName, tuple[Device, ...]]
 """One replica of a running gang: its node and its devices that match a selector key."""
-
-
-def _by_name(device: Device) -> str:
-    return device.name
 
 
 Chooser = Callable[[Sequence[Device], int], Sequence[Device] | None]
@@ -108,59 +105,17 @@ class FreeView:
             del self.by_node[node]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Candidates:
-    """The devices of an inventory that are free unless a gangq gang holds them: on a known
-    node, untainted, not allocated by others. The same for every cycle on one inventory."""
-
-    by_node: dict[NodeName, tuple[Device, ...]]
-    """Sorted by node, and each node's devices by name."""
-    ids: dict[int, DeviceId]
-    """`id()` of each candidate -> its DeviceId."""
-    consumers: dict[CounterSetId, tuple[Device, ...]]
-    """Candidates per counter set they consume."""
-    partitioned: bool
-    """Some device of the inventory consumes counters or is shared, or others hold shares."""
-
-
-def _free_candidates(inventory: Inventory) -> _Candidates:
-    by_node: dict[NodeName, list[Device]] = {}
-    ids: dict[int, DeviceId] = {}
-    consumers: dict[CounterSetId, list[Device]] = {}
-    partitioned = bool(inventory.shared_by_others)
-    for device_id, device in inventory.devices.items():
-        consumes = device.consumes
-        if consumes or device.multi:
-            partitioned = True
-        if (
-            device.node is None
-            or device.node not in inventory.nodes
-            or device_id in inventory.held_by_others
-            or device.is_tainted
-        ):
-            continue
-        by_node.setdefault(NodeName(device.node), []).append(device)
-        ids[id(device)] = device_id
-        for set_id, _ in consumes:
-            consumers.setdefault(set_id, []).append(device)
-    return _Candidates(
-        by_node={
-            node: tuple(sorted(devices, key=_by_name)) for node, devices in sorted(by_node.items())
-        },
-        ids=ids,
-        consumers={set_id: tuple(devices) for set_id, devices in consumers.items()},
-        partitioned=partitioned,
-    )
-
-
-_candidates = derived.PerInventory(_free_candidates)
-"""Rebuilt when the cycle gets a new inventory, not at every cycle (see `derived`)."""
-_matching_candidates: derived.PerInventory[
-    dict[tuple[str, ...] | None, dict[NodeName, tuple[Device, ...]]]
+_matching_free: derived.PerInventory[
+    dict[
+        tuple[tuple[str, ...] | None, sharing.CapacityRequests],
+        dict[NodeName, tuple[Sequence[Device], tuple[Device, ...]]],
+    ]
 ] = derived.PerInventory(lambda inventory: {})
-"""Per selector expressions, each node's candidates they match: a view of a node none of whose
-candidates is taken takes them from here instead of matching every device of the cluster
-again at every cycle (filled as views ask; see `derived`)."""
+"""Per selector expressions and capacity requests, and per node: the node's free devices as
+last seen and those of them that match and can give that capacity (plain devices only). A
+node's free devices are the same sequence from cycle to cycle until a gang there starts or
+ends (module `occupancy`), so a view matches only the devices of nodes that changed, not every
+device of the cluster at every cycle (filled as views ask; see `derived`)."""
 
 
 class Pool:
@@ -178,57 +133,29 @@ class Pool:
         only)."""
         self.inventory = inventory
         self.matcher = matcher
-        held: set[DeviceId] = set()
-        shared: set[DeviceId] = set()
-        for job in running:
-            for replica in job.placement:
-                held.update(replica.devices)
-                if replica.shares:
-                    shared.update(share.device for share in replica.shares)
-        held -= shared
-        base = _candidates(inventory)
-        known = inventory.devices
-        taken = [known[d] for d in held if d in known and id(known[d]) in base.ids]
-        """The candidates gangq's running gangs hold whole."""
-        gone = {id(device) for device in taken}
+        base = occupancy.candidates(inventory)
+        start = occupancy.count(inventory, base, running)
         self._base = base
-        self.free_by_node: dict[NodeName, Sequence[Device]] = dict(base.by_node)
-        """Each node's free devices: the candidates' own tuple while none of its devices is
-        taken (a view reuses what it found for that tuple, see `_matching_candidates`), a new
-        sequence once some are; never changed in place."""
-        for node in {NodeName(device.node or "") for device in taken}:
-            kept = [d for d in base.by_node[node] if id(d) not in gone]
-            if kept:
-                self.free_by_node[node] = kept
-            else:
-                del self.free_by_node[node]
-        self.free: set[DeviceId] = set(base.ids.values())
-        self.free -= held
-        self._free_ids: dict[int, DeviceId] = dict(base.ids)
+        self.free_by_node: dict[NodeName, Sequence[Device]] = start.free_by_node()
+        """Each node's free devices: the same sequence from cycle to cycle while no gang there
+        starts or ends (module `occupancy`; a view reuses what it found in it, see
+        `_matching_free`), a new one once this cycle takes some; never changed in place."""
+        self.free: set[DeviceId] = set(start.free)
+        self._free_ids: dict[int, DeviceId] = dict(start.free_ids)
         """`id()` of each free device -> its DeviceId, to skip rebuilding the id string."""
-        for device in gone:
-            del self._free_ids[device]
         self.ledger = sharing.Ledger(inventory.counters)
         """Counters and capacity shares left (rule 12); untouched where every device is plain."""
         self.partitioned = base.partitioned
         """Some device consumes counters or is shared (or others hold shares): `take` must
         re-check the neighbours of what it takes."""
+        gone = start.gone
         self._consumers: dict[CounterSetId, list[Device]] = {
             set_id: [d for d in devices if id(d) not in gone]
             for set_id, devices in base.consumers.items()
         }
         """Free devices per counter set they consume."""
-        self.headroom: dict[NodeName, list[int]] = {
-            name: [
-                node.allocatable_cpu_milli - node.requested_cpu_milli,
-                node.allocatable_memory_bytes - node.requested_memory_bytes,
-                node.allocatable_pods - node.pod_count,
-            ]
-            for name, node in inventory.nodes.items()
-        }
-        for job in running:
-            for replica in job.placement:
-                self._charge(replica.node, job.pod, sign=1)
+        self.headroom: dict[NodeName, occupancy.Room] = dict(start.headroom)
+        """CPU, memory and pods left per node; a node's entry is replaced, never changed."""
         self._accepted: dict[PodRequirements, dict[NodeName, bool]] = {}
         self._views: dict[SelectorKey, FreeView] = {}
         self.domain_of: dict[NodeName, str] = {
@@ -391,9 +318,11 @@ class Pool:
     def _charge(self, node: NodeName, pod: PodRequirements, *, sign: int) -> None:
         room = self.headroom.get(node)
         if room is not None:
-            room[0] -= sign * pod.cpu_milli
-            room[1] -= sign * pod.memory_bytes
-            room[2] -= sign
+            self.headroom[node] = (
+                room[0] - sign * pod.cpu_milli,
+                room[1] - sign * pod.memory_bytes,
+                room[2] - sign,
+            )
 
     def is_matching(self, key: SelectorKey, device: Device) -> bool:
         """Device class selectors and job selectors all accept the device."""
@@ -533,28 +462,31 @@ class Pool:
                 else self.matcher.member_ids(expressions, self.inventory.devices)
             )
             ids, admits = self._free_ids, self.admits
-            if self.partitioned or key[2]:
+            if self.partitioned:
                 for node, devices in self.free_by_node.items():
                     matching = [d for d in devices if ids[id(d)] in accepted and admits(key, d)]
                     if matching:
                         by_node[node] = matching
             else:
-                candidates, every = self._base.by_node, self._base.ids
-                memo = _matching_candidates(self.inventory)
-                known = memo.get(expressions)
+                # plain devices: whether one can give the requested capacity never changes
+                requests, every = key[2], self._base.ids
+                memo = _matching_free(self.inventory)
+                known = memo.get((expressions, requests))
                 if known is None:
-                    known = memo[expressions] = {
-                        node: found
-                        for node, devices in candidates.items()
-                        if (found := tuple(d for d in devices if every[id(d)] in accepted))
-                    }
+                    known = memo[(expressions, requests)] = {}
                 for node, devices in self.free_by_node.items():
-                    if devices is candidates.get(node):
-                        free: Sequence[Device] = known.get(node, ())
-                    else:
-                        free = [d for d in devices if ids[id(d)] in accepted]
-                    if free:
-                        by_node[node] = free
+                    found = known.get(node)
+                    if found is None or found[0] is not devices:
+                        found = known[node] = (
+                            devices,
+                            tuple(
+                                d
+                                for d in devices
+                                if every[id(d)] in accepted and (not requests or admits(key, d))
+                            ),
+                        )
+                    if found[1]:
+                        by_node[node] = found[1]
             view = FreeView(by_node, domain_of=self.domain_of)
             self._views[key] = view
         return view
