@@ -31,6 +31,7 @@ from gangq.queue.core import cycle
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.core.model import Policy, Snapshot
+from gangq.queue.core.planner import Planner
 
 NOW = 1_767_225_600.0
 TIERS = ("prod-inference", "training", "small")
@@ -128,6 +129,7 @@ async def _measure(url: str, args: argparse.Namespace) -> Figures:
             )
             cycle.run_cycle(snapshot=warm, policy=policy, now=NOW, matcher=matcher)
         warmup_ms = (time.perf_counter() - started) * 1000
+        planner = Planner(matcher)
         admitted, admitting_s, cycle_ms = 0, 0.0, []
         for index in range(args.cycles):
             started = time.perf_counter()
@@ -136,7 +138,7 @@ async def _measure(url: str, args: argparse.Namespace) -> Figures:
                 cluster,
                 policy=policy,
                 now=NOW + index,
-                matcher=matcher,
+                planner=planner,
                 term=leadership.term,
             )
             elapsed = time.perf_counter() - started

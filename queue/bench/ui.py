@@ -85,7 +85,7 @@ async def _build_state(url: str, *, nodes: int, jobs: int) -> Any:
 
     from gangq.queue.bench import synthetic
     from gangq.queue.core import model
-    from gangq.queue.core.cel import DeviceMatcher
+    from gangq.queue.core.planner import Planner
     from gangq.queue.store import admission, database, leader, schema, tenants
     from gangq.queue.store import jobs as job_store
 
@@ -115,7 +115,7 @@ async def _build_state(url: str, *, nodes: int, jobs: int) -> Any:
                 inventory,
                 policy=model.Policy(managed_device_classes=(synthetic.DEVICE_CLASS,)),
                 now=time.time(),
-                matcher=DeviceMatcher(),
+                planner=Planner(),
                 term=leadership.term,
             )
         finally:

@@ -27,6 +27,7 @@ from gangq.queue.core import capacity, explain, model, sharing
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.device import DeviceId
 from gangq.queue.core.errors import InvalidInputError
+from gangq.queue.core.planner import Planner
 from gangq.queue.kube import (
     cache,
     checkpoints,
@@ -106,6 +107,7 @@ class Reconciler:
             view.kube, settings=settings, clock=clock, pod_groups=view.pod_groups
         )
         self.history = history.History(self.reads)
+        self.planner = Planner(self.matcher)
         self.checkpoints = checkpoints.Checkpoints(
             view, writes=self.writes, actuator=self.actuator, clock=clock
         )
@@ -195,7 +197,7 @@ class Reconciler:
                 held_back=held_back,
                 policy=self.policy,
                 now=self.clock(),
-                matcher=self.matcher,
+                planner=self.planner,
                 term=term,
                 actor=self.settings.actor,
                 estimator=estimator,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol
 
-from gangq.queue.core import cycle
+from gangq.queue.core import cycle, planner
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.core.model import CycleResult, Policy, Snapshot
@@ -63,23 +63,9 @@ class GangqPolicy:
         return cycle.run_cycle(snapshot=snapshot, policy=self.policy, now=now, matcher=self.matcher)
 
     def wake_at(self, snapshot: Snapshot, *, now: float) -> float | None:
-        """When the first gang a pending job could preempt outgrows its tier's protection, or
-        the first pending job has waited out its tier's preemption delay (when a reclaim will
-        pay, the cycle says itself: `CycleResult.decide_again_at`)."""
-        if not snapshot.pending:
-            return None
-        tiers = self._tiers
-        top = max(tiers[job.tier].rank for job in snapshot.pending)
-        ends = [
-            end
-            for job in snapshot.running
-            if tiers[job.tier].rank < top
-            and (end := job.started_at + tiers[job.tier].min_runtime_before_preemption_s) > now
-        ]
-        for job in snapshot.pending:
-            if (end := job.submitted_at + tiers[job.tier].preemption_delay_s) > now:
-                ends.append(end)
-        return min(ends, default=None)
+        """When a tier's protection or preemption delay ends (when a reclaim will pay, the
+        cycle says itself: `CycleResult.decide_again_at`)."""
+        return planner.protection_ends(snapshot, tiers=self._tiers, now=now)
 
 
 def create(name: str, *, device_class: str, settings: Policy | None = None) -> SimPolicy:

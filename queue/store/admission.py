@@ -18,8 +18,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gangq.queue.core import cycle, model
-from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core import model
+from gangq.queue.core.planner import Planner
 from gangq.queue.store import (
     database,
     events,
@@ -363,7 +363,7 @@ async def cycle_in_transaction(
     *,
     policy: model.Policy,
     now: float,
-    matcher: DeviceMatcher,
+    planner: Planner,
     term: leader.Term,
     actor: str = "controller",
     estimator: runs.Estimator | None = None,
@@ -373,9 +373,11 @@ async def cycle_in_transaction(
     """One cycle inside the caller's transaction; the caller commits or rolls back.
 
     With an `estimator` the core plans on predicted runtimes (rule 5), else on runtime bounds;
-    `views` keeps the jobs' core views from one cycle to the next (`snapshot.Views`). Queued
-    jobs whose uid is in `held_back` sit this cycle out, their stored reason and position
-    left as they were (a wait of a step or two, seldom news).
+    `planner` answers a queue, gangs and inventory that did not change since its last cycle
+    with that cycle's result (module `planner`); `views` keeps the jobs' core views from one
+    cycle to the next (`snapshot.Views`). Queued jobs whose uid is in `held_back` sit this
+    cycle out, their stored reason and position left as they were (a wait of a step or two,
+    seldom news).
     """
     await session.execute(SERIALIZE_CYCLES, {"key": CYCLE_LOCK_KEY})
     await leader.fence(session, term)
@@ -388,7 +390,7 @@ async def cycle_in_transaction(
         policy=policy,
         held_back=held_back,
     )
-    result = cycle.run_cycle(snapshot=loaded.snapshot, policy=policy, now=now, matcher=matcher)
+    result = planner.run(snapshot=loaded.snapshot, policy=policy, now=now)
     await _write_admissions(
         session,
         result.admissions,
@@ -434,7 +436,7 @@ async def run(
     *,
     policy: model.Policy,
     now: float,
-    matcher: DeviceMatcher,
+    planner: Planner,
     term: leader.Term,
     actor: str = "controller",
     retry_delays_s: Sequence[float] = RETRY_DELAYS_S,
@@ -455,7 +457,7 @@ async def run(
                     inventory,
                     policy=policy,
                     now=now,
-                    matcher=matcher,
+                    planner=planner,
                     term=term,
                     actor=actor,
                     estimator=estimator,

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core import inventory as inventory_builder
 from gangq.queue.core import model
-from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core.planner import Planner
 from gangq.queue.store import admission, jobs, leader, runs, tenants
 
 T0 = 1_790_000_000.0
@@ -143,7 +143,7 @@ async def decide(
             cluster_inventory(),
             policy=model.Policy(managed_device_classes=(GPU,)),
             now=now,
-            matcher=DeviceMatcher(),
+            planner=Planner(),
             term=leadership.term,
             estimator=estimator,
         )

@@ -14,7 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core import model
-from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core.planner import Planner
 from gangq.queue.store import admission, database, jobs, leader, snapshot, tenants, usage
 from gangq.queue.store.errors import NotLeaderError, StoreError
 
@@ -92,7 +92,7 @@ async def _cycle(
     sessions: Sessions, term: leader.Term, *, nodes: int = 2, now: float = T0 + 10
 ) -> model.CycleResult:
     return await admission.run(
-        sessions, inventory(nodes), policy=POLICY, now=now, matcher=DeviceMatcher(), term=term
+        sessions, inventory(nodes), policy=POLICY, now=now, planner=Planner(), term=term
     )
 
 
@@ -170,7 +170,7 @@ CONTROLLER = """
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[1])
 import asyncpg
-from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core.planner import Planner
 from gangq.queue.store import admission, database, leader
 from store.samples import POLICY, T0, inventory, partitioned_inventory
 
@@ -183,7 +183,7 @@ async def main(url, term, partitioned):
     admitted = []
     for index in range(4):
         result = await admission.run(
-            sessions, cluster, policy=POLICY, now=T0 + 30 + index, matcher=DeviceMatcher(),
+            sessions, cluster, policy=POLICY, now=T0 + 30 + index, planner=Planner(),
             term=term,
         )
         admitted += [a.job for a in result.admissions]
@@ -353,7 +353,7 @@ async def test_an_unreachable_server_is_retried_then_reported(
                 inventory(1),
                 policy=POLICY,
                 now=T0,
-                matcher=DeviceMatcher(),
+                planner=Planner(),
                 term=leader.Term(1, ""),
                 retry_delays_s=(0.0, 0.0),
             )

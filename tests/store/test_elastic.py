@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core import backfill, model, prediction
-from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.errors import InvalidInputError
+from gangq.queue.core.planner import Planner
 from gangq.queue.store import admission, database, jobs, leader, runs, snapshot, tenants
 
 from .samples import POLICY, T0, inventory, job, quota
@@ -45,7 +45,7 @@ async def _cycle(database_url: str, sessions: Sessions, **options: object) -> mo
             inventory(2),
             policy=POLICY,
             now=T0 + 10,
-            matcher=DeviceMatcher(),
+            planner=Planner(),
             term=leadership.term,
             **options,  # type: ignore[arg-type]
         )

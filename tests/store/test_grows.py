@@ -10,8 +10,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core import model
-from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.device import device_id
+from gangq.queue.core.planner import Planner
 from gangq.queue.store import admission, grows, jobs, leader, snapshot, tenants
 from gangq.queue.store.errors import ConflictError
 
@@ -33,7 +33,7 @@ async def _cycle(
             cluster,
             policy=POLICY,
             now=now,
-            matcher=DeviceMatcher(),
+            planner=Planner(),
             term=leadership.term,
         )
     finally:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core.planner import Planner
 from gangq.queue.store import admission, database, jobs, leader, tenants
 
 from .samples import POLICY, T0, inventory, job, quota
@@ -69,7 +69,7 @@ async def _apply(sessions: Sessions, operation: Operation, *, step: int, term: l
             return
     if kind == "cycle":
         await admission.run(
-            sessions, inventory(3), policy=POLICY, now=now, matcher=DeviceMatcher(), term=term
+            sessions, inventory(3), policy=POLICY, now=now, planner=Planner(), term=term
         )
         return
     phase = "Admitted" if kind == "start" else "Running"

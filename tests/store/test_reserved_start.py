@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core import model
-from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core.planner import Planner
 from gangq.queue.store import admission, jobs, leader, tenants
 
 from .samples import POLICY, T0, inventory, job, quota
@@ -17,7 +17,7 @@ RUNTIME_S = 3600.0
 
 async def _cycle(sessions: Sessions, term: leader.Term, *, now: float) -> model.CycleResult:
     return await admission.run(
-        sessions, inventory(2), policy=POLICY, now=now, matcher=DeviceMatcher(), term=term
+        sessions, inventory(2), policy=POLICY, now=now, planner=Planner(), term=term
     )
 
 

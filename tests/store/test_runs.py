@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core import backfill, model, prediction
-from gangq.queue.core.cel import DeviceMatcher
+from gangq.queue.core.planner import Planner
 from gangq.queue.store import admission, checkpoints, jobs, leader, runs, snapshot, tenants
 
 from .samples import POLICY, T0, inventory, job, quota
@@ -128,7 +128,7 @@ async def test_the_snapshot_carries_predictions_and_checkpoints(
                 inventory(2),
                 policy=POLICY,
                 now=now,
-                matcher=DeviceMatcher(),
+                planner=Planner(),
                 term=leadership.term,
                 estimator=runs.Estimator(predictor),
             )
