@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from gangq.queue.core import fit, model, sharing
+from gangq.queue.core import derived, fit, model, sharing
 from gangq.queue.core.cel import DeviceMatcher
 from gangq.queue.core.device import Device, DeviceId
 
@@ -84,17 +84,44 @@ def blocking_taints(node: model.Node) -> tuple[model.Taint, ...]:
     return fit.untolerated(node.taints, NO_TOLERATIONS.tolerations)
 
 
-def _state(device: Device, inventory: model.Inventory, *, reserved: frozenset[DeviceId]) -> str:
-    if device.id in reserved:
-        return "reserved"
-    if device.id in inventory.held_by_others:
+def _unreserved_state(
+    device: Device, device_id: DeviceId, inventory: model.Inventory, accepting: dict[str, bool]
+) -> str:
+    """A device's state were it not reserved: the same while the inventory is. `accepting`
+    remembers per node whether a pod that tolerates nothing may go there."""
+    if device_id in inventory.held_by_others:
         return "held_by_others"
     node = inventory.nodes.get(model.NodeName(device.node or ""))
     if device.is_tainted or node is None or not node.is_schedulable:
         return "unavailable"
-    if not fit.is_accepted(node, NO_TOLERATIONS):
-        return "tainted"
-    return "free"
+    accepted = accepting.get(node.name)
+    if accepted is None:
+        accepted = accepting[node.name] = fit.is_accepted(node, NO_TOLERATIONS)
+    return "free" if accepted else "tainted"
+
+
+_Row = tuple[Device, DeviceId, str]
+_rows: derived.PerInventory[dict[tuple[str, ...], tuple[_Row, ...]]] = derived.PerInventory(
+    lambda inventory: {}
+)
+"""Per device class selectors: each member device with its id and `_unreserved_state`, kept
+while the inventory is: the gauges count every device of the fleet every few seconds, and only
+which are reserved changes between two of their counts."""
+
+
+def _class_rows(
+    inventory: model.Inventory, selectors: tuple[str, ...], *, matcher: DeviceMatcher
+) -> tuple[_Row, ...]:
+    known = _rows(inventory)
+    found = known.get(selectors)
+    if found is None:
+        accepting: dict[str, bool] = {}
+        found = known[selectors] = tuple(
+            (device, device_id, _unreserved_state(device, device_id, inventory, accepting))
+            for device in matcher.members(selectors, inventory.devices)
+            if (device_id := device.id)
+        )
+    return found
 
 
 def _amount(milli: sharing.Equivalent) -> Amount:
@@ -146,10 +173,16 @@ def summarize_states(
         per_node = counts.setdefault(class_name, {})
         groups: dict[str, list[tuple[Device, str]]] = {}
         for device, state in states:
-            group = device.consumes[0][0] if device.consumes else device.id
-            groups.setdefault(group, []).append((device, state))
+            counted = per_node.get(device.node or "")
+            if counted is None:
+                counted = per_node[device.node or ""] = {}
+            if device.consumes:
+                groups.setdefault(device.consumes[0][0], []).append((device, state))
+            else:
+                # a plain device is a GPU of its own, all in its state
+                counted[state] = counted.get(state, 0) + sharing.WHOLE
         for group_states in groups.values():
-            counted = per_node.setdefault(group_states[0][0].node or "", {})
+            counted = per_node[group_states[0][0].node or ""]
             for state, amount in _split(group_states, inventory):
                 counted[state] = counted.get(state, 0) + amount
     classes: dict[str, Usage] = {}
@@ -186,8 +219,10 @@ def device_states(
     matcher.follow(inventory.devices)
     return {
         device_class.name: [
-            (device, _state(device, inventory, reserved=reserved))
-            for device in matcher.members(device_class.selectors, inventory.devices)
+            (device, "reserved" if device_id in reserved else state)
+            for device, device_id, state in _class_rows(
+                inventory, device_class.selectors, matcher=matcher
+            )
         ]
         for device_class in inventory.device_classes.values()
     }
