@@ -254,11 +254,15 @@ class ClusterCache:
         the TrainingJobs several times, and those walks must not grow with the history."""
         return self.caches[resources.TRAINING_JOBS.plural].open
 
-    def running_gangs(self) -> set[str]:
+    def running_gangs(self) -> frozenset[str]:
         """The gangs with a pod of gangq's that has not terminated. The pods of ended gangs
-        stay for their logs, as many as the history holds; a step must not walk them."""
+        stay for their logs, as many as the history holds; a step must not walk them. Found
+        again only once a pod changed: a step asks it several times."""
+        return self._part("running gangs", (self._version(resources.PODS),), self._running_gangs)
+
+    def _running_gangs(self) -> frozenset[str]:
         running = self.caches[resources.PODS.plural].open.values()
-        return {gang for pod in running if (gang := _gang_of(pod))}
+        return frozenset(gang for pod in running if (gang := _gang_of(pod)))
 
     def job(self, uid: str) -> dict[str, Any] | None:
         """The TrainingJob of that uid, if the cache holds it."""
@@ -343,8 +347,9 @@ class ClusterCache:
         return list(self.caches[resource.plural].foreign.values())
 
     def _part(self, name: str, versions: tuple[int, ...], build: Callable[[], T]) -> T:
-        """One piece of the inventory, rebuilt only when the versions of what it reads
-        changed: gangq's own pods and claims change every step, the rest seldom."""
+        """One piece of the inventory (or another view of the caches), rebuilt only when the
+        versions of what it reads changed: gangq's own pods and claims change every step, the
+        rest seldom."""
         found = self._parts.get(name)
         if found is None or found[0] != versions:
             found = self._parts[name] = (versions, build())
