@@ -115,10 +115,10 @@ def show(found: dict[str, Any]) -> None:
 
 def plot(found: dict[str, Any], path: Path) -> None:
     """Cycle time and peak memory against each axis, log-log, one panel per axis."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    # matplotlib loads only when a plot is asked for (module `sim.plot` picks its backend)
     import matplotlib.pyplot as plt
+
+    from gangq.queue.sim import plot as figures
 
     figure, panels = plt.subplots(1, 2, figsize=(11, 4.2))
     for panel, (axis, rows) in zip(panels, found["points"].items(), strict=True):
@@ -138,10 +138,4 @@ def plot(found: dict[str, Any], path: Path) -> None:
         lines, labels = panel.get_legend_handles_labels()
         more, more_labels = memory.get_legend_handles_labels()
         panel.legend(lines + more, labels + more_labels, fontsize=8, loc="upper left")
-    figure.tight_layout()
-    try:
-        figure.savefig(path, dpi=110)
-    except OSError as error:
-        raise InvalidInputError(f"cannot write {path}: {error}") from error
-    finally:
-        plt.close(figure)
+    figures.save(figure, path)

@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.sim.outcome import Outcome
@@ -55,6 +56,12 @@ def write(outcomes: Sequence[Outcome], path: Path) -> None:
         _panel(axes, outcome, queue_top=max(1, int(queue_top * 1.05)))
     panels[0, 0].legend(loc="upper right", fontsize=8, ncol=4)
     panels[-1, 0].set_xlabel("simulated days")
+    save(figure, path)
+
+
+def save(figure: Figure, path: Path) -> None:
+    """Lay the figure out, write it as a PNG and free it; a path that cannot be written is
+    the user's error, said as such."""
     figure.tight_layout()
     try:
         figure.savefig(path, dpi=110)
