@@ -13,12 +13,12 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import asyncpg
 import platformdirs
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gangq.queue.store import database, schema
+from tests import databases
 
 LOCAL_SERVER = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
 
@@ -31,14 +31,6 @@ def _resolve_server() -> str:
         return LOCAL_SERVER
     data_dir = Path(platformdirs.user_cache_dir("gangq")) / "test-postgres"
     return database.start_embedded(data_dir)
-
-
-async def _admin(url: str, statement: str) -> None:
-    connection = await asyncpg.connect(database.libpq_url(url))
-    try:
-        await connection.execute(statement)
-    finally:
-        await connection.close()
 
 
 async def _migrate(url: str) -> None:
@@ -59,23 +51,19 @@ def server_url() -> str:
 def template_database(server_url: str) -> Iterator[str]:
     """Name of a database migrated to head once per session; tests clone it."""
     name = f"gangq_template_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_admin(server_url, f'CREATE DATABASE "{name}"'))
+    asyncio.run(databases.admin(server_url, f'CREATE DATABASE "{name}"'))
     try:
         asyncio.run(_migrate(database.with_database(server_url, name)))
         yield name
     finally:
-        asyncio.run(_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(databases.admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @pytest.fixture
 async def database_url(server_url: str, template_database: str) -> AsyncIterator[str]:
     """asyncpg SQLAlchemy URL of a fresh, migrated database owned by this test alone."""
-    name = f"gangq_test_{uuid.uuid4().hex[:12]}"
-    await _admin(server_url, f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
-    try:
-        yield database.with_database(server_url, name)
-    finally:
-        await _admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    async with databases.scratch(server_url, "gangq_test", template=template_database) as url:
+        yield url
 
 
 @pytest.fixture

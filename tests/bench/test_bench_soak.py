@@ -7,16 +7,14 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 from gangq.queue.bench import soak_replica
 from gangq.queue.cli import main
-from gangq.queue.store import database
+from tests import databases
 
 RUN_CLI = "from gangq.queue.cli import main; main()"
 SHORT_RUN = ("--minutes", "0.6", "--seed", "7", "--settle-seconds", "40", "--postgres-failover")
@@ -68,14 +66,8 @@ def test_a_short_seeded_soak_has_no_violation_leak_stuck_job_or_asyncio_error(
 
 @pytest.fixture
 async def unmigrated_url(server_url: str) -> AsyncIterator[str]:
-    name = f"gangq_unmigrated_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(database.libpq_url(server_url))
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        yield database.with_database(server_url, name)
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+    async with databases.scratch(server_url, "gangq_unmigrated") as url:
+        yield url
 
 
 async def test_a_replica_that_dies_leaves_its_stderr_and_last_lines(

@@ -164,6 +164,16 @@ class Harness:
         found = self.job(name, namespace)
         return None if found is None else (found.get("status") or {}).get("phase")
 
+    def recovery_actions(self, controller: str) -> dict[str, float]:
+        """What controller `controller`'s recovery passes did so far, by action (its
+        `gangq_recovery_actions_total`)."""
+        return {
+            sample.labels["action"]: sample.value
+            for family in self.metrics[controller].recovery_actions.collect()
+            for sample in family.samples
+            if sample.name.endswith("_total")
+        }
+
 
 async def wait_for(predicate: Callable[[], Any], *, within_s: float = 15.0) -> Any:
     """Poll in-process state until the predicate holds (bounded; no fixed sleeps in tests)."""

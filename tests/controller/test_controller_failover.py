@@ -143,11 +143,7 @@ async def test_a_stale_standby_promoted_adopts_the_gangs_it_never_heard_of(
         await asyncio.to_thread(pair.kill_primary)
         await asyncio.to_thread(pair.promote)
 
-        def recovered() -> dict[str, float]:
-            samples = harness.metrics["a"].recovery_actions.collect()[0].samples
-            return {s.labels["action"]: s.value for s in samples if s.name.endswith("_total")}
-
-        await wait_for(lambda: recovered() == {"adopted": 1.0}, within_s=20.0)
+        await wait_for(lambda: harness.recovery_actions("a") == {"adopted": 1.0}, within_s=20.0)
         assert {job: _pod_uids(harness, job) for job in ("known", "lost")} == pods
         assert harness.phase("known") == harness.phase("lost") == "Running"
         assert harness.phase("waiting") == "Queued"

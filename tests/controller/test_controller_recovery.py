@@ -9,12 +9,10 @@ fails over and nothing is lost, item 5). The older backup is a real `pg_dump`, r
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import asyncpg
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -22,6 +20,7 @@ from gangq.queue.bench import postgres_pair
 from gangq.queue.kube import objects, resources
 from gangq.queue.kubesim.cluster import Inventory
 from gangq.queue.store import database, jobs
+from tests import databases
 from tests.controller.conftest import Harness, running_harness, training_job, wait_for
 
 pytestmark = pytest.mark.slow
@@ -30,14 +29,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 async def other_url(server_url: str, template_database: str) -> AsyncIterator[str]:
     """A second migrated database on the same server: the one the new leader starts on."""
-    name = f"gangq_recovery_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(database.libpq_url(server_url))
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
-        yield database.with_database(server_url, name)
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+    async with databases.scratch(server_url, "gangq_recovery", template=template_database) as url:
+        yield url
 
 
 def _pods(harness: Harness, job: str) -> dict[str, str]:
@@ -66,15 +59,6 @@ async def _history(engine: AsyncEngine, key: str) -> list[tuple[str, str]]:
         detail = await jobs.get_job(session, key)
     assert detail is not None, f"{key} is not in the store"
     return [(str(e.kind), e.reason) for e in detail.history]
-
-
-def _recovered(harness: Harness, name: str) -> dict[str, float]:
-    return {
-        sample.labels["action"]: sample.value
-        for family in harness.metrics[name].recovery_actions.collect()
-        for sample in family.samples
-        if sample.name.endswith("_total")
-    }
 
 
 async def _switch(harness: Harness, url: str) -> AsyncEngine:
@@ -111,7 +95,7 @@ async def test_an_empty_database_adopts_running_gangs_and_requeues_the_rest(
     engine = await _switch(harness, other_url)
     try:
         harness.start("b")
-        await wait_for(lambda: _recovered(harness, "b") == {"adopted": 1.0, "torn_down": 1.0})
+        await wait_for(lambda: harness.recovery_actions("b") == {"adopted": 1.0, "torn_down": 1.0})
         await wait_for(lambda: harness.phase("broken") == "Running" and _pods(harness, "broken"))
         assert _pods(harness, "whole") == kept, "an adopted gang's pods were replaced"
         assert harness.phase("whole") == "Running"
@@ -166,7 +150,7 @@ async def test_an_older_backup_finishes_ended_gangs_and_adopts_later_ones(
     engine = await _switch(harness, other_url)
     try:
         harness.start("b")
-        await wait_for(lambda: _recovered(harness, "b") == {"adopted": 1.0, "finished": 1.0})
+        await wait_for(lambda: harness.recovery_actions("b") == {"adopted": 1.0, "finished": 1.0})
         first: list[tuple[str, str]] = await _history(engine, "ml-train/first")
         assert first[-1] == (
             "succeeded",

@@ -7,17 +7,15 @@ import json
 import socket
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
-import asyncpg
 import httpx
 import pytest
 
 from gangq.queue.cli import run as run_command
 from gangq.queue.kube import resources
 from gangq.queue.kube.client import Kube
-from gangq.queue.store import database
+from tests import databases
 from tests.controller.conftest import Harness, training_job, wait_for
 
 
@@ -30,11 +28,7 @@ def _free_port() -> int:
 async def test_run_refuses_a_database_whose_schema_is_behind(
     server_url: str, tmp_path: Path
 ) -> None:
-    name = f"gangq_test_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(database.libpq_url(server_url))
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        url = database.with_database(server_url, name)
+    async with databases.scratch(server_url, "gangq_test") as url:
         done = await asyncio.to_thread(
             subprocess.run,
             [
@@ -52,9 +46,6 @@ async def test_run_refuses_a_database_whose_schema_is_behind(
             timeout=60,
             check=False,
         )
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
     assert done.returncode == 2
     assert "run `gangq migrate`" in done.stderr
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import re
@@ -21,16 +20,15 @@ import shutil
 import signal
 import subprocess
 import sys
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 from gangq.queue.cli import build_parser
 from gangq.queue.kube import resources
 from gangq.queue.store import database
+from tests import databases
 from tests.controller.conftest import Harness, running_harness, training_job, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -256,21 +254,6 @@ def test_the_installed_demo_plays_to_its_end(installed: Path, server_url: str) -
     assert len(body["jobs"]) == 21
 
 
-@contextlib.asynccontextmanager
-async def empty_database(server_url: str) -> AsyncIterator[str]:
-    """A database with no schema at all, as a new cluster's database is before `gangq migrate`."""
-    name = f"gangq_image_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(database.libpq_url(server_url))
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            yield database.with_database(server_url, name)
-        finally:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
-
-
 def released(harness: Harness, name: str, replicas: int) -> bool:
     pods = [
         pod
@@ -284,7 +267,7 @@ def released(harness: Harness, name: str, replicas: int) -> bool:
 async def test_the_installed_gangq_migrates_runs_and_admits_a_job(
     installed: Path, server_url: str, tmp_path: Path
 ) -> None:
-    async with empty_database(server_url) as url:
+    async with databases.scratch(server_url, "gangq_image") as url:
         migrated = await asyncio.to_thread(
             gangq, installed, "migrate", "--database-url", url, timeout=120
         )

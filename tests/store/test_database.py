@@ -23,6 +23,7 @@ from gangq.queue.cli import main
 from gangq.queue.cli import usage as usage_command
 from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.store import database
+from tests import databases
 
 
 @pytest.mark.parametrize(
@@ -129,19 +130,11 @@ def _gangq(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, st
     return int(exited.value.code or 0), captured.out, captured.err
 
 
-async def _admin(url: str, statement: str) -> None:
-    connection = await asyncpg.connect(database.libpq_url(url))
-    try:
-        await connection.execute(statement)
-    finally:
-        await connection.close()
-
-
 def test_migrate_then_usage_through_the_command_line(
     server_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     name = f"gangq_test_cli_{uuid.uuid4().hex[:8]}"
-    asyncio.run(_admin(server_url, f'CREATE DATABASE "{name}"'))
+    asyncio.run(databases.admin(server_url, f'CREATE DATABASE "{name}"'))
     monkeypatch.setenv("DATABASE_URL", database.libpq_url(database.with_database(server_url, name)))
     try:
         code, _, err = _gangq(capsys, "usage")
@@ -167,7 +160,7 @@ def test_migrate_then_usage_through_the_command_line(
         assert code == 2
         assert "--since 'soon'" in err
     finally:
-        asyncio.run(_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(databases.admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 EMBEDDED_RUN = """
@@ -261,7 +254,9 @@ async def test_the_pool_replaces_connections_the_server_closed(database_url: str
         closed = [asyncio.Event() for _ in pooled]
         for (_, driver), event in zip(pooled, closed, strict=True):
             driver.add_termination_listener(lambda _, event=event: event.set())
-        await _admin(database_url, f"SELECT pg_terminate_backend(pid) FROM unnest(ARRAY{pids}) pid")
+        await databases.admin(
+            database_url, f"SELECT pg_terminate_backend(pid) FROM unnest(ARRAY{pids}) pid"
+        )
         async with asyncio.timeout(10):
             await asyncio.gather(*(event.wait() for event in closed))
         assert all(driver.is_closed() for _, driver in pooled)
@@ -328,18 +323,14 @@ async def test_gangq_run_refuses_a_schema_behind_without_waiting(server_url: str
     from gangq.queue.cli import run as run_command
     from gangq.queue.store.errors import SchemaBehindError
 
-    name = f"gangq_behind_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(database.libpq_url(server_url))
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    engine = database.create_engine(database.with_database(server_url, name), pool_size=1)
-    try:
-        with pytest.raises(SchemaBehindError, match="gangq migrate"):
-            async with asyncio.timeout(10):
-                await run_command.until_schema_checked(engine)
-    finally:
-        await engine.dispose()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+    async with databases.scratch(server_url, "gangq_behind") as url:
+        engine = database.create_engine(url, pool_size=1)
+        try:
+            with pytest.raises(SchemaBehindError, match="gangq migrate"):
+                async with asyncio.timeout(10):
+                    await run_command.until_schema_checked(engine)
+        finally:
+            await engine.dispose()
 
 
 async def test_a_connection_to_a_server_that_stopped_taking_writes_is_replaced(
@@ -348,23 +339,24 @@ async def test_a_connection_to_a_server_that_stopped_taking_writes_is_replaced(
     """A primary demoted while connections stay open refuses their writes for good: the pool
     drops such a connection (as if disconnected), so the next one reaches a writable server.
     Here the database itself turns read-only for new sessions, then writable again."""
-    name = f"gangq_read_only_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(database.libpq_url(server_url))
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    engine = database.create_engine(database.with_database(server_url, name), pool_size=1)
-    try:
-        await admin.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
-        async with engine.connect() as connection:
-            first = await connection.scalar(text("SELECT pg_backend_pid()"))
-        await admin.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
-        with pytest.raises(DBAPIError) as refused:
+    async with databases.scratch(server_url, "gangq_read_only") as url:
+        name = make_url(url).database
+        engine = database.create_engine(url, pool_size=1)
+        try:
+            await databases.admin(
+                server_url, f'ALTER DATABASE "{name}" SET default_transaction_read_only = on'
+            )
+            async with engine.connect() as connection:
+                first = await connection.scalar(text("SELECT pg_backend_pid()"))
+            await databases.admin(
+                server_url, f'ALTER DATABASE "{name}" RESET default_transaction_read_only'
+            )
+            with pytest.raises(DBAPIError) as refused:
+                async with engine.begin() as connection:
+                    await connection.execute(text("CREATE TABLE t (x int)"))
+            assert database.is_connection_failure(refused.value)
             async with engine.begin() as connection:
                 await connection.execute(text("CREATE TABLE t (x int)"))
-        assert database.is_connection_failure(refused.value)
-        async with engine.begin() as connection:
-            await connection.execute(text("CREATE TABLE t (x int)"))
-            assert await connection.scalar(text("SELECT pg_backend_pid()")) != first
-    finally:
-        await engine.dispose()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+                assert await connection.scalar(text("SELECT pg_backend_pid()")) != first
+        finally:
+            await engine.dispose()

@@ -9,9 +9,7 @@ submission time. Each example runs in a fresh database cloned from the session t
 from __future__ import annotations
 
 import asyncio
-import uuid
 
-import asyncpg
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
@@ -19,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gangq.queue.core.planner import Planner
 from gangq.queue.store import admission, database, jobs, leader, tenants
+from tests import databases
 
 from .samples import POLICY, T0, inventory, job, quota
 
@@ -100,10 +99,11 @@ async def _check(sessions: Sessions, submitted: dict[str, float]) -> None:
 
 
 async def _run(server_url: str, template: str, operations: list[Operation]) -> None:
-    name = f"gangq_test_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(database.libpq_url(server_url))
-    await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    url = database.with_database(server_url, name)
+    async with databases.scratch(server_url, "gangq_test", template=template) as url:
+        await _replay(url, operations)
+
+
+async def _replay(url: str, operations: list[Operation]) -> None:
     engine = database.create_engine(url)
     leadership = leader.Leadership(url)
     try:
@@ -122,8 +122,6 @@ async def _run(server_url: str, template: str, operations: list[Operation]) -> N
     finally:
         await leadership.release()
         await engine.dispose()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -14,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gangq.queue.store import database, models, schema
 from gangq.queue.store.errors import SchemaBehindError
+from tests import databases
 
 
 def _differences(connection: Connection) -> list[object]:
@@ -22,22 +22,17 @@ def _differences(connection: Connection) -> list[object]:
 
 
 async def test_migrations_on_an_empty_database_match_the_models(server_url: str) -> None:
-    name = "gangq_test_empty_schema"
-    admin = await asyncpg.connect(database.libpq_url(server_url))
-    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    engine = database.create_engine(database.with_database(server_url, name))
-    try:
-        with pytest.raises(SchemaBehindError, match="run `gangq migrate`"):
+    async with databases.scratch(server_url, "gangq_test_empty_schema") as url:
+        engine = database.create_engine(url)
+        try:
+            with pytest.raises(SchemaBehindError, match="run `gangq migrate`"):
+                await schema.ensure_current(engine)
+            assert await schema.upgrade(engine) == schema.head_revision()
             await schema.ensure_current(engine)
-        assert await schema.upgrade(engine) == schema.head_revision()
-        await schema.ensure_current(engine)
-        async with engine.connect() as connection:
-            assert await connection.run_sync(_differences) == []
-    finally:
-        await engine.dispose()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+            async with engine.connect() as connection:
+                assert await connection.run_sync(_differences) == []
+        finally:
+            await engine.dispose()
 
 
 def _downgrade_to_base(connection: Connection) -> None:
@@ -65,19 +60,13 @@ def test_migrations_ship_inside_the_package() -> None:
 async def test_two_migrations_at_once_both_succeed(server_url: str) -> None:
     """Every new pod migrates as it starts (deploy/base's init container): the second waits
     for the first, then finds nothing left to do."""
-    name = "gangq_test_concurrent_migrations"
-    admin = await asyncpg.connect(database.libpq_url(server_url))
-    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    url = database.with_database(server_url, name)
-    engines = [database.create_engine(url, pool_size=1) for _ in range(2)]
-    try:
-        async with asyncio.timeout(60):  # without the lock the two block each other
-            revisions = await asyncio.gather(*(schema.upgrade(engine) for engine in engines))
-        assert revisions == [schema.head_revision()] * 2
-        await schema.ensure_current(engines[0])
-    finally:
-        for engine in engines:
-            await engine.dispose()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+    async with databases.scratch(server_url, "gangq_test_concurrent_migrations") as url:
+        engines = [database.create_engine(url, pool_size=1) for _ in range(2)]
+        try:
+            async with asyncio.timeout(60):  # without the lock the two block each other
+                revisions = await asyncio.gather(*(schema.upgrade(engine) for engine in engines))
+            assert revisions == [schema.head_revision()] * 2
+            await schema.ensure_current(engines[0])
+        finally:
+            for engine in engines:
+                await engine.dispose()
