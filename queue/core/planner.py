@@ -62,14 +62,22 @@ def plans_move_at(snapshot: Snapshot, *, tiers: Mapping[str, Tier], now: float) 
     return None if first == math.inf else first
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Answer:
     snapshot: Snapshot
     policy: Policy
     decided_at: float
     result: CycleResult
-    until: float
-    """The answer holds for an equal input before this instant."""
+    _until: float | None = None
+
+    def holds_until(self) -> float:
+        """The answer holds for an equal input before this instant. Found when first asked,
+        so a cycle whose input changes by the next step (most of them, when jobs arrive)
+        pays nothing for it: the walk over every gang and queued job is paid at an answer's
+        first reuse, in place of a whole cycle."""
+        if self._until is None:
+            self._until = _until(self.snapshot, self.policy, self.decided_at, self.result)
+        return self._until
 
 
 class Planner:
@@ -88,23 +96,23 @@ class Planner:
         last = self._last
         if (
             last is not None
-            and last.decided_at <= now < last.until
+            and last.decided_at <= now < last.decided_at + REUSE_LIMIT_S
             and last.policy == policy
             and last.snapshot == snapshot
+            and now < last.holds_until()
         ):
             self.reused += 1
             return last.result
         result = cycle.run_cycle(snapshot=snapshot, policy=policy, now=now, matcher=self.matcher)
-        self._last = _Answer(snapshot, policy, now, result, _until(snapshot, policy, now, result))
+        self._last = _Answer(snapshot, policy, now, result)
         return result
 
 
 def _until(snapshot: Snapshot, policy: Policy, now: float, result: CycleResult) -> float:
     tiers = {tier.name: tier for tier in policy.tiers}
     times = [
-        now + REUSE_LIMIT_S,
         result.decide_again_at,
         protection_ends(snapshot, tiers=tiers, now=now),
         plans_move_at(snapshot, tiers=tiers, now=now),
     ]
-    return min(t for t in times if t is not None)
+    return min((t for t in times if t is not None), default=math.inf)
