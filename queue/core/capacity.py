@@ -116,11 +116,13 @@ def _class_rows(
     found = known.get(selectors)
     if found is None:
         accepting: dict[str, bool] = {}
-        found = known[selectors] = tuple(
-            (device, device_id, _unreserved_state(device, device_id, inventory, accepting))
-            for device in matcher.members(selectors, inventory.devices)
-            if (device_id := device.id)
-        )
+        rows = []
+        for device in matcher.members(selectors, inventory.devices):
+            device_id = device.id
+            rows.append(
+                (device, device_id, _unreserved_state(device, device_id, inventory, accepting))
+            )
+        found = known[selectors] = tuple(rows)
     return found
 
 

@@ -88,8 +88,9 @@ class Occupancy:
     gone: set[int]
     """`id()` of the candidates gangs hold whole."""
     by_node: dict[NodeName, Sequence[Device]]
-    """Every candidate node's free devices in the inventory's order, `()` when none: the
-    candidates' own tuple while none is taken, else a new list; never changed in place."""
+    """Every candidate node's free devices in the inventory's order, empty when none (the
+    node keeps its place in the order): the candidates' own tuple while none is taken, else
+    a new list; never changed in place."""
     free: set[DeviceId]
     free_ids: dict[int, DeviceId]
     """`id()` of each free device -> its DeviceId."""
@@ -185,10 +186,9 @@ def _advance(
     started = [job for key, job in current.items() if key not in last.running]
     if len(ended) + len(started) > len(running) // REBUILD_SHARE + 1:
         return False
-    devices = {d for job in started for replica in job.placement for d in replica.devices}
-    if any(replica.shares for job in started for replica in job.placement) or len(devices) != sum(
-        len(replica.devices) for job in started for replica in job.placement
-    ):
+    replicas = [replica for job in started for replica in job.placement]
+    devices = [d for replica in replicas for d in replica.devices]
+    if any(replica.shares for replica in replicas) or len(set(devices)) != len(devices):
         return False
     known, ids = inventory.devices, candidates.ids
     touched: set[NodeName] = set()
