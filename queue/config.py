@@ -162,6 +162,10 @@ class ControllerSettings(BaseSettings):
     """Longest pause between two cycles when nothing wakes the loop (polling safety net)."""
     coalesce_s: float = Field(default=0.05, ge=0)
     """Wake-ups within this window are merged into one cycle."""
+    min_step_interval_s: float = Field(default=0.5, ge=0)
+    """Under a stream of wake-ups, a step starts at most this often (one after a quiet spell
+    waits only `coalesce_s`): a job waits up to this long to be admitted, and a step serves
+    every job that arrived since the last, for one step's fixed cost."""
     status_refresh_s: float = Field(default=30.0, ge=0)
     """A queued job's status is rewritten for a new position at most this often (a phase
     change is written at once); `GET /v1/jobs` always has the current position."""

@@ -133,9 +133,10 @@ async def _turn(
     if not view.synced.is_set():
         await _first(stop.wait(), view.synced.wait(), timeout_s=settings.cycle_interval_s)
         return
+    began = time.monotonic()
     await work.step(term=leadership.term)
     gangq_metrics.set_database_up(work.metrics, is_up=True)
-    await _wake(listener, view=view, stop=stop, settings=settings, work=work)
+    await _wake(listener, view=view, stop=stop, settings=settings, work=work, began=began)
 
 
 async def _wake(
@@ -145,8 +146,17 @@ async def _wake(
     stop: asyncio.Event,
     settings: ControllerSettings,
     work: reconciler.Reconciler,
+    began: float,
 ) -> None:
-    """Return on NOTIFY, a cache change, the timer or stop; then let close wake-ups merge."""
+    """Return on NOTIFY, a cache change, the timer or stop; then let close wake-ups merge.
+
+    A wake-up after a quiet spell is served `coalesce_s` later; under a stream of them the
+    next step starts `min_step_interval_s` after the last one began. A step's cost is mostly
+    fixed (a cycle's reads, the gangs' state, a round of status): at 10 jobs a second a step
+    per wake-up would serve about one job each, for a few milliseconds of work and tens of
+    fixed cost, while a paced step serves every job that arrived since, for a wait no longer
+    than the interval (`gangq bench e2e --rate`, docs/performance.md).
+    """
     timeout_s = min(settings.cycle_interval_s, work.next_deadline_s())
     await _first(
         listener.wait(timeout_s=timeout_s),
@@ -154,7 +164,8 @@ async def _wake(
         stop.wait(),
         timeout_s=timeout_s,
     )
-    await _pause(stop, settings.coalesce_s)
+    paced_s = began + settings.min_step_interval_s - time.monotonic()
+    await _pause(stop, max(settings.coalesce_s, paced_s))
     view.changed.clear()
 
 

@@ -50,6 +50,7 @@ def settings(**overrides: Any) -> ControllerSettings:
         ),
         "cycle_interval_s": 0.5,
         "coalesce_s": 0.01,
+        "min_step_interval_s": 0.0,
         "leader_retry_s": 0.2,
         "restart_backoff_s": 0.0,
         "gauges_interval_s": 0.0,
@@ -163,6 +164,16 @@ class Harness:
     def phase(self, name: str, namespace: str = "ml-train") -> str | None:
         found = self.job(name, namespace)
         return None if found is None else (found.get("status") or {}).get("phase")
+
+    def cycles(self, controller: str) -> float:
+        """Scheduling cycles controller `controller` ran so far: one per step (the count of
+        its `gangq_scheduling_cycle_seconds`)."""
+        return next(
+            sample.value
+            for family in self.metrics[controller].scheduling_cycle_seconds.collect()
+            for sample in family.samples
+            if sample.name.endswith("_count")
+        )
 
     def recovery_actions(self, controller: str) -> dict[str, float]:
         """What controller `controller`'s recovery passes did so far, by action (its
