@@ -3,9 +3,11 @@
 Creates a scratch database on the selected server (`--database-url`, `DATABASE_URL`, else the
 embedded one), migrates it, enqueues the synthetic queue, then runs full admission
 transactions (leadership fence, reads, the real cycle, writes, commit) against the synthetic
-inventory until a cycle admits nothing. Unless `--cold`, the selector cache is warmed first by
-one pure cycle, as in a controller that has been running. Prints `enqueue_per_s` and
-`admit_per_s`; the scratch database is dropped afterwards.
+inventory until a cycle admits nothing, keeping the jobs' views from one cycle to the next
+as the controller does, then one more on the queue left as it was (`unchanged_cycle_ms`: the
+reads a controller's step pays when nothing changed). Unless `--cold`, the selector cache is
+warmed first by one pure cycle, as in a controller that has been running. Prints
+`enqueue_per_s` and `admit_per_s`; the scratch database is dropped afterwards.
 
 A batch is the jobs one transaction queues with a single `jobs.enqueue` call (one INSERT over
 arrays plus one INSERT of their events). `enqueue_per_s` is for batches of `--batch` jobs, the
@@ -72,6 +74,12 @@ class Figures:
     first_cycle_ms: float
     idle_cycle_ms: float
     """The last cycle: it admitted nothing (unless `--cycles` ran out first)."""
+    unchanged_cycle_ms: float
+    """One more transaction a millisecond later, on the queue the last cycle left: what a
+    controller's step pays for its cycle when nothing changed (the fence and the reads; the
+    decision is the planner's last answer)."""
+    unchanged_reused: bool
+    """Whether the planner answered that transaction from the last cycle, as it should."""
     batch: int
     single: int
     nodes: int
@@ -92,7 +100,7 @@ async def _admin(url: str, statement: str) -> None:
 
 
 async def _measure(url: str, args: argparse.Namespace) -> Figures:
-    from gangq.queue.store import admission, database, jobs, leader, schema, tenants
+    from gangq.queue.store import admission, database, jobs, leader, schema, snapshot, tenants
 
     engine = database.create_engine(url)
     sessions = database.session_factory(engine)
@@ -130,6 +138,7 @@ async def _measure(url: str, args: argparse.Namespace) -> Figures:
             cycle.run_cycle(snapshot=warm, policy=policy, now=NOW, matcher=matcher)
         warmup_ms = (time.perf_counter() - started) * 1000
         planner = Planner(matcher)
+        views = snapshot.Views()
         admitted, admitting_s, cycle_ms = 0, 0.0, []
         for index in range(args.cycles):
             started = time.perf_counter()
@@ -140,6 +149,7 @@ async def _measure(url: str, args: argparse.Namespace) -> Figures:
                 now=NOW + index,
                 planner=planner,
                 term=leadership.term,
+                views=views,
             )
             elapsed = time.perf_counter() - started
             cycle_ms.append(elapsed * 1000)
@@ -147,6 +157,19 @@ async def _measure(url: str, args: argparse.Namespace) -> Figures:
                 break
             admitted += len(result.admissions)
             admitting_s += elapsed
+        reused = planner.reused
+        started = time.perf_counter()
+        await admission.run(
+            sessions,
+            cluster,
+            policy=policy,
+            now=NOW + len(cycle_ms) - 1 + 0.001,
+            planner=planner,
+            term=leadership.term,
+            views=views,
+        )
+        unchanged_ms = (time.perf_counter() - started) * 1000
+        reused = planner.reused > reused
     finally:
         await leadership.release()
         await engine.dispose()
@@ -160,6 +183,8 @@ async def _measure(url: str, args: argparse.Namespace) -> Figures:
         cycles=len(cycle_ms),
         first_cycle_ms=cycle_ms[0],
         idle_cycle_ms=cycle_ms[-1],
+        unchanged_cycle_ms=unchanged_ms,
+        unchanged_reused=reused,
         batch=args.batch,
         single=single,
         nodes=args.nodes,

@@ -232,6 +232,7 @@ def test_the_db_bench_reports_its_figures(
     assert (figures["batch"], figures["single"]) == (7, 5)
     assert figures["enqueue_per_s"] > 0 and figures["enqueue_single_per_s"] > 0
     assert figures["admit_per_s"] > 0
+    assert figures["unchanged_cycle_ms"] > 0 and figures["unchanged_reused"] is True
 
 
 async def _pooled(engine: AsyncEngine, count: int) -> list[tuple[int, asyncpg.Connection]]:
