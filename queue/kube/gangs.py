@@ -45,8 +45,8 @@ from gangq.queue.store import (
     grows,
     jobs,
     leader,
+    liverows,
     refusals,
-    reservations,
     runs,
     snapshot,
     timestamps,
@@ -145,8 +145,12 @@ class Gangs:
         metrics: gangq_metrics.Metrics,
         actuator: Actuator,
         history: history.History,
+        rows: liverows.LiveRows,
     ) -> None:
+        """`rows` are the live rows the step's cycle keeps too (`snapshot.Views.rows`): read
+        after the cycle, they bring only what it and others wrote since."""
         self.view = view
+        self.rows = rows
         self.settings = settings
         self.writes = writes
         self.clock = clock
@@ -173,8 +177,9 @@ class Gangs:
 
     async def load(self, session: AsyncSession) -> list[Held]:
         """Every gang holding devices, as the store and the caches show it now."""
-        rows = await snapshot.holding_rows(session)
-        placements = await reservations.active_by_job(session)
+        await self.rows.read(session)
+        rows = self.rows.holding()
+        placements = self.rows.placements()
         pods = self.view.by_gang(resources.PODS)
         claims = self.view.by_gang(resources.RESOURCE_CLAIMS)
         groups = self.view.by_gang(resources.POD_GROUPS) if self.view.pod_groups else {}

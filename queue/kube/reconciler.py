@@ -108,6 +108,7 @@ class Reconciler:
         )
         self.history = history.History(self.reads)
         self.planner = Planner(self.matcher)
+        self.views = snapshot.Views()
         self.checkpoints = checkpoints.Checkpoints(
             view, writes=self.writes, actuator=self.actuator, clock=clock
         )
@@ -119,6 +120,7 @@ class Reconciler:
             metrics=metrics,
             actuator=self.actuator,
             history=self.history,
+            rows=self.views.rows,
         )
         self.intake = intake.Intake(
             view,
@@ -142,7 +144,6 @@ class Reconciler:
         """The devices the store held per gang uid at the last read: what the cluster shows
         beyond them stays out of the cycle (`recovery.lingering`)."""
         self.live = jobs.LiveRecords()
-        self.views = snapshot.Views()
         self.shown: dict[str, _Shown] = {}
         """Job uid -> the last status write, so a write the cache has not seen is not repeated."""
         self.settled: dict[str, tuple[object, ...]] = {}

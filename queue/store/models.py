@@ -179,6 +179,9 @@ class JobRow(Base):
     grown_from: Mapped[int | None] = mapped_column(Integer)
     """The size a grow under way started from (rule 13): its replicas from this one on are
     being added, and are released together once all exist. NULL: no grow under way."""
+    changed_by: Mapped[int] = mapped_column(BigInteger)
+    """The transaction that last wrote the row, stamped by a trigger (migration 0014): a
+    leader reads again only the rows written since its last read (`liverows`)."""
 
     __table_args__ = (
         CheckConstraint(f"phase IN ({_quoted(PHASES)})", name="phase_known"),
@@ -210,6 +213,7 @@ class JobRow(Base):
             "ix_jobs_queued", "tier", "submitted_at", postgresql_where=text(f"phase = '{QUEUED}'")
         ),
         Index("ix_jobs_tenant_phase", "tenant", "phase"),
+        Index("ix_jobs_changed_by", "changed_by"),
     )
 
 
@@ -235,6 +239,8 @@ class ReservationRow(Base):
     total]}}` in thousandths; NULL when it consumes none."""
     equivalent: Mapped[int] = mapped_column(Integer, server_default=text("1000"))
     """GPU-equivalents the row counts for in quotas and usage, in thousandths."""
+    changed_by: Mapped[int] = mapped_column(BigInteger)
+    """The transaction that last wrote the row (see `JobRow.changed_by`)."""
 
     __table_args__ = (
         CheckConstraint("replica >= 0", name="replica_not_negative"),
@@ -274,6 +280,7 @@ class ReservationRow(Base):
             "released_at",
             postgresql_where=text("released_at IS NOT NULL"),
         ),
+        Index("ix_reservations_changed_by", "changed_by"),
     )
 
 

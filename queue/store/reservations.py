@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import DateTime, bindparam, func, select, text, type_coerce, update
 from sqlalchemy.exc import IntegrityError
@@ -24,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gangq.queue.core import model, sharing
 from gangq.queue.core.device import DeviceId, device_id
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.store import timestamps
+from gangq.queue.store import bulk, liverows, timestamps
 from gangq.queue.store.errors import ConflictError
 from gangq.queue.store.models import JobRow, ReservationRow
 
@@ -195,7 +196,7 @@ _ACTIVE = select(
     ReservationRow.share_id,
     ReservationRow.consumed,
 ).where(ReservationRow.released_at.is_(None))
-"""Built once: a step reads every active placement (see `bulk`)."""
+"""Built once: read at every step (see `bulk`)."""
 
 
 async def active_by_job(
@@ -205,30 +206,10 @@ async def active_by_job(
     query = _ACTIVE
     if job_ids is not None:
         query = query.where(ReservationRow.job_id.in_(list(job_ids)))
-    replicas: dict[int, dict[int, tuple[str, list[DeviceId], list[model.Share]]]] = defaultdict(
-        dict
-    )
-    for job_id, replica, node, driver, pool, name, share_id, consumed in await session.execute(
-        query
-    ):
-        entry = replicas[job_id].setdefault(replica, (node or "", [], []))
-        device = device_id(driver, pool, name)
-        entry[1].append(device)
-        if share_id is not None:
-            amounts = tuple(sorted((key, int(value[0])) for key, value in (consumed or {}).items()))
-            entry[2].append(model.Share(device, amounts, str(share_id)))
-    return {
-        job_id: tuple(
-            model.ReplicaPlacement(
-                replica=replica,
-                node=model.NodeName(node),
-                devices=tuple(sorted(devices)),
-                shares=tuple(sorted(shares)),
-            )
-            for replica, (node, devices, shares) in sorted(per_replica.items())
-        )
-        for job_id, per_replica in replicas.items()
-    }
+    rows: dict[int, list[Any]] = defaultdict(list)
+    for row in await bulk.column_rows(session, query):
+        rows[row.job_id].append(row)
+    return {job_id: liverows.placements_of(held) for job_id, held in rows.items()}
 
 
 async def reserved_devices(session: AsyncSession) -> frozenset[DeviceId]:

@@ -11,14 +11,22 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from sqlalchemy import Text, bindparam, cast, select
+from sqlalchemy import Text, cast
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.queue.core import elastic, model
 from gangq.queue.core.device import DeviceId
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.store import bulk, reservations, runs, serving, spec, tenants, timestamps
-from gangq.queue.store.models import HOLDING_PHASES, QUEUED, JobRow
+from gangq.queue.store import (
+    liverows,
+    reservations,
+    runs,
+    serving,
+    spec,
+    tenants,
+    timestamps,
+)
+from gangq.queue.store.models import JobRow
 
 JobColumns: TypeAlias = Any
 """One job's row as the cycle reads it: a named tuple of `_COLUMNS` (`bulk.column_rows`)."""
@@ -70,6 +78,8 @@ _COLUMNS = (
 )
 """The columns the cycle reads; the last ones are what it stored for a queued job, which
 change with every move of the queue and make no part of a core view."""
+_LIVE_JOBS, _JOBS_WRITTEN = liverows.job_selects((*_COLUMNS, JobRow.phase, JobRow.not_before))
+"""What `liverows` keeps: the cycle's columns, and what says whether a row is queued now."""
 _QUEUED_VIEW = slice(0, len(_JOB_COLUMNS))
 _RUNNING_VIEW = slice(0, len(_JOB_COLUMNS) + len(_RUN_COLUMNS))
 
@@ -206,37 +216,20 @@ def running_parts(
     return (job,)
 
 
-_QUEUED_ROWS = (
-    select(*_COLUMNS)
-    .where(JobRow.phase == QUEUED)
-    .where((JobRow.not_before.is_(None)) | (JobRow.not_before <= bindparam("at")))
-    .order_by(JobRow.id)
-)
-_HOLDING_ROWS = select(*_COLUMNS).where(JobRow.phase.in_(HOLDING_PHASES)).order_by(JobRow.id)
-
-
-async def queued_rows(session: AsyncSession, *, now: float) -> Sequence[JobColumns]:
-    """Queued jobs whose backoff is over (the cycle orders them itself)."""
-    return await bulk.column_rows(session, _QUEUED_ROWS, {"at": timestamps.to_datetime(now)})
-
-
-async def holding_rows(session: AsyncSession) -> Sequence[JobColumns]:
-    return await bulk.column_rows(session, _HOLDING_ROWS)
-
-
 class Views:
-    """The core views of the last cycle's rows, by job id, kept from one cycle to the next:
-    over a long queue a cycle rebuilds only the views whose columns (or prediction, or
-    placement) changed, rather than one per queued job per cycle; and, read since the last
-    cycle, when each device last came free (`reservations.ReleaseLog`) and when the serving
-    tiers were admitted (`serving.ServingLog`). A `load` without it builds every view
-    afresh."""
+    """What one cycle keeps for the next, so that a cycle over a long queue costs what
+    changed: the live job and reservation rows (`liverows`: only the rows written since are
+    read); the core views of the jobs by id (only those whose columns, prediction or
+    placement changed are rebuilt); and, read since the last cycle, when each device last
+    came free (`reservations.ReleaseLog`) and when the serving tiers were admitted
+    (`serving.ServingLog`). A `load` without it reads and builds everything afresh."""
 
     def __init__(self) -> None:
+        self.rows = liverows.LiveRows(_LIVE_JOBS, _JOBS_WRITTEN)
         self.releases = reservations.ReleaseLog()
         self.serving = serving.ServingLog()
-        self._pending: dict[int, tuple[tuple[Any, ...], float | None, model.PendingJob]] = {}
-        self._running: dict[int, tuple[tuple[Any, ...], object, tuple[model.RunningJob, ...]]] = {}
+        self._pending: dict[int, tuple[JobColumns, float | None, model.PendingJob]] = {}
+        self._running: dict[int, tuple[JobColumns, object, tuple[model.RunningJob, ...]]] = {}
 
     def build(
         self,
@@ -253,32 +246,39 @@ class Views:
         specs = SpecMemo()
         pending: list[tuple[JobColumns, model.PendingJob]] = []
         unreadable: dict[int, str] = {}
-        kept_pending: dict[int, tuple[tuple[Any, ...], float | None, model.PendingJob]] = {}
+        kept_pending: dict[int, tuple[JobColumns, float | None, model.PendingJob]] = {}
         for row in queued:
-            made = row[_QUEUED_VIEW]
             predicted = _predicted_runtime_s(row, estimator)
             known = self._pending.get(row.id)
-            if known is None or known[0] != made or known[1] != predicted:
+            if known is None or known[1] != predicted or not _alike(known[0], row, _QUEUED_VIEW):
                 try:
-                    known = (made, predicted, pending_job(row, specs=specs, estimator=estimator))
+                    job = pending_job(row, specs=specs, estimator=estimator)
                 except InvalidInputError as error:
                     unreadable[row.id] = f"invalid: job {key_of(row)} cannot be read: {error}"
                     continue
-            kept_pending[row.id] = known
-            pending.append((row, known[2]))
-        kept_running: dict[int, tuple[tuple[Any, ...], object, tuple[model.RunningJob, ...]]] = {}
+            else:
+                job = known[2]
+            kept_pending[row.id] = (row, predicted, job)
+            pending.append((row, job))
+        kept_running: dict[int, tuple[JobColumns, object, tuple[model.RunningJob, ...]]] = {}
         for row in holding:
-            made = row[_RUNNING_VIEW]
             placement = placements.get(row.id, ())
             inputs = (placement, _predicted_runtime_s(row, estimator))
             found = self._running.get(row.id)
-            if found is None or found[0] != made or found[1] != inputs:
+            if found is None or found[1] != inputs or not _alike(found[0], row, _RUNNING_VIEW):
                 parts = running_parts(row, placement, specs=specs, estimator=estimator)
-                found = (made, inputs, parts)
-            kept_running[row.id] = found
+            else:
+                parts = found[2]
+            kept_running[row.id] = (row, inputs, parts)
         self._pending, self._running = kept_pending, kept_running
         running = tuple(job for found in kept_running.values() for job in found[2])
         return pending, unreadable, running
+
+
+def _alike(known: JobColumns, row: JobColumns, view: slice) -> bool:
+    """The columns a view is made of are the same: the same row object, as the live rows
+    keep it while nobody writes it, or equal values."""
+    return known is row or known[view] == row[view]
 
 
 def is_growable(row: JobColumns) -> bool:
@@ -345,12 +345,13 @@ async def load(
     forecasts serving scale-ups, the snapshot carries the admissions they are learned from.
     Queued rows whose uid is in `held_back` stay out of the snapshot."""
     quotas = await tenants.all_quotas(session)
-    holding = await holding_rows(session)
-    placements = await reservations.active_by_job(session)
-    queued = await queued_rows(session, now=now)
+    kept = views or Views()
+    await kept.rows.read(session)
+    holding = kept.rows.holding()
+    placements = kept.rows.placements()
+    queued = kept.rows.queued(at=timestamps.to_datetime(now))
     if held_back:
         queued = [row for row in queued if row.uid not in held_back]
-    kept = views or Views()
     pending, unreadable, running = kept.build(queued, holding, placements, estimator=estimator)
     grows = growable(holding, estimator=estimator)
     free_since: Mapping[DeviceId, float] = {}

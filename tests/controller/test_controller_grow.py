@@ -128,7 +128,9 @@ async def _grow(harness: Harness, job: str, *, leader: str) -> list[str]:
     assert inventory is not None
     await harness.stop(leader)
     async with database.session_factory(harness.engine)() as session, session.begin():
-        holding = {snapshot.key_of(r): r for r in await snapshot.holding_rows(session)}
+        rows = snapshot.Views().rows
+        await rows.read(session)
+        holding = {snapshot.key_of(r): r for r in rows.holding()}
         stored = await grows.write(
             session,
             [grow],

@@ -11,11 +11,25 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.queue.core import model
 from gangq.queue.core.device import CounterSetId, Device, DeviceId, counter_set_id, device_id
-from gangq.queue.store import jobs, reservations, timestamps
+from gangq.queue.store import jobs, reservations, snapshot, timestamps
 from gangq.queue.store.models import SUCCEEDED, JobRow
 
 T0 = 1_790_000_000.0
 """A fixed instant (unix seconds) the tests count from."""
+
+
+async def queued_rows(session: AsyncSession, *, now: float) -> list[snapshot.JobColumns]:
+    """The queued rows a cycle at `now` reads (backoff over), in id order."""
+    rows = snapshot.Views().rows
+    await rows.read(session)
+    return rows.queued(at=timestamps.to_datetime(now))
+
+
+async def holding_rows(session: AsyncSession) -> list[snapshot.JobColumns]:
+    """The rows of the gangs holding devices, in id order."""
+    rows = snapshot.Views().rows
+    await rows.read(session)
+    return rows.holding()
 
 
 def job(

@@ -14,7 +14,7 @@ from gangq.queue.core.errors import InvalidInputError
 from gangq.queue.core.planner import Planner
 from gangq.queue.store import admission, database, jobs, leader, runs, snapshot, tenants
 
-from .samples import POLICY, T0, inventory, job, quota
+from .samples import POLICY, T0, inventory, job, queued_rows, quota
 
 Sessions = async_sessionmaker[AsyncSession]
 KEY = "ml-train/elastic"
@@ -59,7 +59,7 @@ async def test_the_minimum_is_stored_with_the_job_and_reaches_the_core(
     original = _elastic()
     await _enqueue(session_factory, original)
     async with session_factory() as session:
-        (row,) = await snapshot.queued_rows(session, now=T0)
+        (row,) = await queued_rows(session, now=T0)
         detail = await jobs.get_job(session, KEY)
     assert snapshot.pending_job(row, specs=snapshot.SpecMemo()) == original
     assert detail is not None

@@ -15,7 +15,7 @@ from gangq.queue.core.planner import Planner
 from gangq.queue.store import admission, grows, jobs, leader, snapshot, tenants
 from gangq.queue.store.errors import ConflictError
 
-from .samples import POLICY, T0, inventory, job, placement, quota, ran
+from .samples import POLICY, T0, holding_rows, inventory, job, placement, quota, ran
 
 Sessions = async_sessionmaker[AsyncSession]
 KEY = "ml-train/elastic"
@@ -71,7 +71,7 @@ def _grow(*, first: int = 2, borrowed: int = 8) -> model.Grow:
 
 
 async def _holding(session: AsyncSession) -> dict[model.JobKey, snapshot.JobColumns]:
-    return {snapshot.key_of(row): row for row in await snapshot.holding_rows(session)}
+    return {snapshot.key_of(row): row for row in await holding_rows(session)}
 
 
 async def _store(
@@ -119,7 +119,7 @@ async def test_a_running_gang_below_its_maximum_is_growable_as_its_job_at_the_ma
     await _running_at_two(database_url, session_factory)
     async with session_factory() as session:
         loaded = await snapshot.load(session, WIDE, now=T0 + 30)
-        (row,) = await snapshot.holding_rows(session)
+        (row,) = await holding_rows(session)
     (growable,) = loaded.snapshot.growable
     assert growable == snapshot.pending_job(row, specs=snapshot.SpecMemo())
     assert (growable.replicas, growable.min_replicas) == (4, 2)

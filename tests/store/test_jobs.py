@@ -11,7 +11,7 @@ from gangq.queue.store import events, jobs, reservations, snapshot
 from gangq.queue.store.errors import ConflictError
 from gangq.queue.store.models import EventKind
 
-from .samples import T0, hold, job, placement
+from .samples import T0, hold, job, placement, queued_rows
 
 Sessions = async_sessionmaker[AsyncSession]
 
@@ -36,7 +36,7 @@ async def test_enqueue_round_trips_the_whole_spec(session_factory: Sessions) -> 
     )
     assert await _enqueue(session_factory, original) == 1
     async with session_factory() as session:
-        (row,) = await snapshot.queued_rows(session, now=T0)
+        (row,) = await queued_rows(session, now=T0)
         assert snapshot.pending_job(row, specs=snapshot.SpecMemo()) == original
 
 
@@ -269,8 +269,8 @@ async def test_a_backed_off_job_waits_out_its_backoff(session_factory: Sessions)
             session, "a/one", at=T0 + 100, actor="controller", reason="not ready", backoff_s=60
         )
     async with session_factory() as session:
-        during = await snapshot.queued_rows(session, now=T0 + 159)
-        after = await snapshot.queued_rows(session, now=T0 + 160)
+        during = await queued_rows(session, now=T0 + 159)
+        after = await queued_rows(session, now=T0 + 160)
     assert during == []
     assert [snapshot.key_of(row) for row in after] == ["a/one"]
 
