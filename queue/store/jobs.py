@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, cast
 
-from sqlalchemy import func, select, text
+from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gangq.queue.core import explain, model
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.store import bulk, events, reservations, spec, timestamps
+from gangq.queue.store import bulk, events, liverows, reservations, spec, timestamps
 from gangq.queue.store.errors import ConflictError
 from gangq.queue.store.models import (
     ADMITTED,
@@ -792,9 +792,8 @@ async def list_jobs(
 
 
 _CHOSEN = select(*_RECORD_COLUMNS).where(JobRow.uid.in_(bulk.text_set("chosen")))
-_LIVE_OR_CHOSEN = select(*_RECORD_COLUMNS).where(
-    JobRow.phase.not_in(FINISHED_PHASES) | JobRow.uid.in_(bulk.text_set("chosen"))
-)
+_LIVE = select(*_RECORD_COLUMNS).where(JobRow.phase.not_in(FINISHED_PHASES))
+_WRITTEN_SINCE = select(*_RECORD_COLUMNS).where(JobRow.changed_by >= bindparam("since"))
 
 
 class LiveRecords:
@@ -802,18 +801,35 @@ class LiveRecords:
     for, by uid (finished jobs pile up without bound, and it needs only the few whose end the
     cluster does not show yet).
 
-    It reads the live set several times a step; a record whose row is unchanged since the
-    last read is reused, since building it costs more than comparing the row.
+    It reads the live set several times a step. The live records are kept between reads and
+    only the rows written since are read again (`liverows` says why none is missed); a record
+    whose row is unchanged is reused, since building it costs more than comparing the row.
     """
 
     def __init__(self) -> None:
         self._seen: dict[str, tuple[tuple[object, ...], JobRecord]] = {}
+        self._live: dict[str, tuple[tuple[object, ...], JobRecord]] = {}
+        self._since: int | None = None
 
     async def read(self, session: AsyncSession, *, uids: Collection[str]) -> dict[str, JobRecord]:
-        rows = await bulk.column_rows(
-            session, _LIVE_OR_CHOSEN, {"chosen": bulk.text_set_value(uids)}
-        )
-        seen = {row.uid: self._reused(row) for row in rows}
+        since = await liverows.oldest_running(session)
+        if self._since is None:
+            self._live = {}
+            rows = await bulk.column_rows(session, _LIVE)
+        else:
+            rows = await bulk.column_rows(session, _WRITTEN_SINCE, {"since": self._since})
+        for row in rows:
+            if row.phase in FINISHED_PHASES:
+                self._live.pop(row.uid, None)
+            else:
+                self._live[row.uid] = self._reused(row)
+        self._since = since
+        seen = dict(self._live)
+        others = [uid for uid in uids if uid not in seen]
+        if others:
+            chosen = {"chosen": bulk.text_set_value(others)}
+            for row in await bulk.column_rows(session, _CHOSEN, chosen):
+                seen[row.uid] = self._reused(row)
         self._seen = seen
         return {uid: record for uid, (_, record) in seen.items()}
 

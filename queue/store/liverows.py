@@ -53,6 +53,12 @@ Placements = dict[int, tuple[model.ReplicaPlacement, ...]]
 """Active placements by job id, replicas in order."""
 
 
+async def oldest_running(session: AsyncSession) -> int:
+    """The oldest transaction still running: a read that takes it before its selects sees
+    every row stamped below it, so the next read needs only the rows stamped from it on."""
+    return int((await session.execute(_OLDEST_RUNNING)).scalar_one())
+
+
 def job_selects(columns: Sequence[Any]) -> tuple[Select[Any], Select[Any]]:
     """The full read and the read of rows written since, of the live jobs' `columns` (which
     must include the id, phase and `not_before`)."""
@@ -79,7 +85,7 @@ class LiveRows:
 
     async def read(self, session: AsyncSession) -> None:
         """Bring the rows up to date (all of them at the first read)."""
-        since = int((await session.execute(_OLDEST_RUNNING)).scalar_one())
+        since = await oldest_running(session)
         if self._since is None:
             jobs = await bulk.column_rows(session, self._full)
             reservations = await bulk.column_rows(session, _ACTIVE)

@@ -111,3 +111,35 @@ async def test_a_write_that_commits_after_a_read_began_is_read_the_next_time(
     await _same_as_a_full_read(session_factory, kept)
     priorities = {row.name: row.priority for row in kept.queued(at=timestamps.to_datetime(T0))}
     assert priorities == {"slow": 7, "fast": 3}
+
+
+async def test_the_job_records_read_since_are_the_records_a_full_read_gives(
+    session_factory: Sessions,
+) -> None:
+    """`jobs.LiveRecords` keeps the live records and reads the rows written since: after each
+    round of writes it gives what a fresh one gives, the finished jobs asked for included."""
+    rng = random.Random(11)
+    async with session_factory() as session, session.begin():
+        await jobs.enqueue(
+            session,
+            [job(f"ml-train/r-{i}", submitted_at=T0 + i) for i in range(30)],
+            actor="test",
+            now=T0,
+        )
+    uids = [f"uid-ml-train/r-{i}" for i in range(30)] + ["uid-not-stored"]
+    kept = jobs.LiveRecords()
+    finished_asked = 0
+    for _ in range(15):
+        async with session_factory() as session, session.begin():
+            for uid in rng.sample(uids[:-1], 5):
+                values: dict[str, object] = {"phase": rng.choice(PHASES)}
+                if rng.random() < 0.5:
+                    values["pending_message"] = f"waits {rng.randint(0, 99)}"
+                await session.execute(update(JobRow).where(JobRow.uid == uid).values(**values))
+        chosen = set(rng.sample(uids, 8))
+        async with session_factory() as session:
+            mine = await kept.read(session, uids=chosen)
+            fresh = await jobs.LiveRecords().read(session, uids=chosen)
+        assert mine == fresh
+        finished_asked += sum(record.phase in ("Succeeded", "Failed") for record in mine.values())
+    assert finished_asked, "some rounds asked for finished jobs"
