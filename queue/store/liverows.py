@@ -42,7 +42,8 @@ _RESERVATION_COLUMNS = (
     ReservationRow.consumed,
     ReservationRow.released_at,
 )
-_ACTIVE = select(*_RESERVATION_COLUMNS).where(ReservationRow.released_at.is_(None))
+ACTIVE_RESERVATIONS = select(*_RESERVATION_COLUMNS).where(ReservationRow.released_at.is_(None))
+"""Every active reservation, built once: a step reads it (see `bulk`)."""
 _RESERVATIONS_WRITTEN = select(*_RESERVATION_COLUMNS).where(
     ReservationRow.changed_by >= bindparam("since")
 )
@@ -88,7 +89,7 @@ class LiveRows:
         since = await oldest_running(session)
         if self._since is None:
             jobs = await bulk.column_rows(session, self._full)
-            reservations = await bulk.column_rows(session, _ACTIVE)
+            reservations = await bulk.column_rows(session, ACTIVE_RESERVATIONS)
         else:
             parameters = {"since": self._since}
             jobs = await bulk.column_rows(session, self._written, parameters)

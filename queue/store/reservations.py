@@ -186,24 +186,11 @@ async def release(
     return Counter(result.scalars())
 
 
-_ACTIVE = select(
-    ReservationRow.job_id,
-    ReservationRow.replica,
-    ReservationRow.node,
-    ReservationRow.driver,
-    ReservationRow.pool,
-    ReservationRow.device,
-    ReservationRow.share_id,
-    ReservationRow.consumed,
-).where(ReservationRow.released_at.is_(None))
-"""Built once: read at every step (see `bulk`)."""
-
-
 async def active_by_job(
     session: AsyncSession, job_ids: Iterable[int] | None = None
 ) -> dict[int, tuple[model.ReplicaPlacement, ...]]:
     """Active placements per job id (all jobs, or only the given ones)."""
-    query = _ACTIVE
+    query = liverows.ACTIVE_RESERVATIONS
     if job_ids is not None:
         query = query.where(ReservationRow.job_id.in_(list(job_ids)))
     rows: dict[int, list[Any]] = defaultdict(list)

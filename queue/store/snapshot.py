@@ -17,15 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gangq.queue.core import elastic, model
 from gangq.queue.core.device import DeviceId
 from gangq.queue.core.errors import InvalidInputError
-from gangq.queue.store import (
-    liverows,
-    reservations,
-    runs,
-    serving,
-    spec,
-    tenants,
-    timestamps,
-)
+from gangq.queue.store import liverows, reservations, runs, serving, spec, tenants, timestamps
 from gangq.queue.store.models import JobRow
 
 JobColumns: TypeAlias = Any
