@@ -75,5 +75,5 @@ async def test_a_steps_reads_execute_the_statements_built_at_import(
     finally:
         event.remove(engine.sync_engine, "before_execute", note)
     first, second = executed[: len(executed) // 2], executed[len(executed) // 2 :]
-    assert len(first) == 15
+    assert len(first) == 12
     assert all(a is b for a, b in zip(first, second, strict=True))
