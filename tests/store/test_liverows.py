@@ -22,6 +22,14 @@ RESERVE = text(
 RELEASE = text("UPDATE reservations SET released_at = :at WHERE id = :id")
 
 
+async def _queue(sessions: Sessions, *keys: str) -> list[str]:
+    """Queue a job under each key, in order; their uids."""
+    queued = [job(key, submitted_at=T0 + index) for index, key in enumerate(keys)]
+    async with sessions() as session, session.begin():
+        await jobs.enqueue(session, queued, actor="test", now=T0)
+    return [pending.uid for pending in queued]
+
+
 def _kept() -> liverows.LiveRows:
     return snapshot.Views().rows
 
@@ -42,13 +50,7 @@ async def test_rows_written_since_bring_the_kept_rows_to_a_full_reads(
     session_factory: Sessions,
 ) -> None:
     rng = random.Random(7)
-    async with session_factory() as session, session.begin():
-        await jobs.enqueue(
-            session,
-            [job(f"ml-train/j-{i}", submitted_at=T0 + i) for i in range(40)],
-            actor="test",
-            now=T0,
-        )
+    await _queue(session_factory, *(f"ml-train/j-{i}" for i in range(40)))
     kept = _kept()
     await _same_as_a_full_read(session_factory, kept)
     active: list[int] = []
@@ -95,10 +97,7 @@ async def test_a_write_that_commits_after_a_read_began_is_read_the_next_time(
     """The read after a slow transaction's commit finds its rows, though a newer transaction
     committed before the first read: stamps are not in commit order, so the next read starts
     from the oldest transaction still running, not from the newest stamp seen."""
-    async with session_factory() as session, session.begin():
-        await jobs.enqueue(
-            session, [job("ml-train/slow"), job("ml-train/fast")], actor="test", now=T0
-        )
+    await _queue(session_factory, "ml-train/slow", "ml-train/fast")
     kept = _kept()
     await _same_as_a_full_read(session_factory, kept)
     async with session_factory() as slow:
@@ -119,14 +118,7 @@ async def test_the_job_records_read_since_are_the_records_a_full_read_gives(
     """`jobs.LiveRecords` keeps the live records and reads the rows written since: after each
     round of writes it gives what a fresh one gives, the finished jobs asked for included."""
     rng = random.Random(11)
-    async with session_factory() as session, session.begin():
-        await jobs.enqueue(
-            session,
-            [job(f"ml-train/r-{i}", submitted_at=T0 + i) for i in range(30)],
-            actor="test",
-            now=T0,
-        )
-    uids = [f"uid-ml-train/r-{i}" for i in range(30)] + ["uid-not-stored"]
+    uids = [*await _queue(session_factory, *(f"ml-train/r-{i}" for i in range(30))), "uid-stray"]
     kept = jobs.LiveRecords()
     finished_asked = 0
     for _ in range(15):
