@@ -161,20 +161,29 @@ def serving_place(
     tenant: str,
     replicas: int,
     devices_per_replica: int,
-    rise_in_s: float,
+    rise_in_s: float | None,
     days: int,
     takes_in_s: float,
 ) -> PendingReason:
-    """The job would run past a forecast scale-up of a tier that always preempts, without
-    checkpoints, on the last place that scale-up could clear cheaply (module `serving`); it
-    takes the place once its idle devices have cost what that scale-up would destroy."""
+    """The job would run past a scale-up of a tier that always preempts, without checkpoints,
+    on the last place that scale-up could clear cheaply (module `serving`); it takes the place
+    once its idle devices have cost what that scale-up would destroy. `rise_in_s` None: a
+    scale-up not yet seen to recur, which may come at any time."""
+    if rise_in_s is None:
+        expected = (
+            f"tenant {tenant}'s scale-up within its nominal quota ({replicas} x "
+            f"{devices_per_replica}, not yet seen to recur, so it may come at any time)"
+        )
+    else:
+        expected = (
+            f"tenant {tenant}'s daily scale-up ({replicas} x {devices_per_replica}, expected in "
+            f"{approximately(rise_in_s)}, seen on {days} of the last days)"
+        )
     return PendingReason(
         ReasonCode.CAPACITY,
-        f"capacity: keeps a place cheap to clear for tenant {tenant}'s daily scale-up "
-        f"({replicas} x {devices_per_replica}, expected in {approximately(rise_in_s)}, seen on "
-        f"{days} of the last days): the job would run past it without checkpoints; it takes "
-        f"the place in {approximately(takes_in_s)} at the latest, when its idle devices will "
-        "have cost what the scale-up would destroy",
+        f"capacity: keeps a place cheap to clear for {expected}: the job would run past it "
+        f"without checkpoints; it takes the place in {approximately(takes_in_s)} at the latest, "
+        "when its idle devices will have cost what the scale-up would destroy",
         WaitCause.SERVING,
     )
 

@@ -11,6 +11,11 @@ day they came at, and the cycle then keeps one place for it where everything is 
 end by then or saves checkpoints. A job expected to run past that instant without
 checkpoints is not placed where it would leave no such place; it waits, or runs elsewhere.
 
+Before a scale-up has come on enough days to recur, its hour is unknown but the risk is not:
+a serving tenant with room in its nominal quota may scale up at any time, and every device
+in that room holds work it may destroy. So until the forecast knows better, one such place is
+kept as well, for a scale-up that may come at once (`unforeseen`).
+
 Owns the forecast and that check; the cycle acts on the answers, nothing here admits.
 """
 
@@ -30,12 +35,19 @@ GAP_S = 3 * 3_600.0
 """Starts more than this apart in the hour of day belong to different daily rises."""
 MIN_DAYS = 2
 """A rise recurs once it came on this many different days of the window."""
+UNFORESEEN_CHEAP_S = 3_600.0
+"""A scale-up not yet seen to recur may come at any time: what ends within this is cheap to
+clear for it."""
+UNFORESEEN_EXPOSURE_S = DAY_S
+"""What such a scale-up would destroy of a job is counted up to this much of its run: a daily
+one comes within a day."""
 
 
 @dataclass(frozen=True, slots=True)
 class Rise:
     """A scale-up expected at `at` (the earliest hour of day it came at; `at` is now when that
-    hour has passed today without it), of the largest shape it came with."""
+    hour has passed today without it), of the largest shape it came with. `days` 0: one not
+    seen to recur (`unforeseen`), `at` only bounding what is cheap to clear for it."""
 
     tenant: Tenant
     device_class: str
@@ -78,6 +90,37 @@ def rises(starts: Iterable[ServingStart], *, now: float, days: int) -> tuple[Ris
                 (start.replicas, start.devices_per_replica) for start in group
             )
             found.append(Rise(tenant, device_class, replicas, per_replica, at, len(seen_days)))
+    return tuple(found)
+
+
+def unforeseen(
+    starts: Iterable[ServingStart],
+    foreseen: Sequence[Rise],
+    *,
+    book: QuotaBook,
+    now: float,
+    days: int,
+) -> tuple[Rise, ...]:
+    """Per tenant and device class that scaled up within the last `days` days but has no rise
+    in `foreseen`: a scale-up that may come at once, of as many replicas of the largest size it
+    started with as the room left in its nominal quota holds."""
+    since = now - days * DAY_S
+    widest: dict[tuple[Tenant, str], int] = {}
+    for start in starts:
+        if since <= start.at <= now:
+            owner = (start.tenant, start.device_class)
+            widest[owner] = max(widest.get(owner, 0), start.devices_per_replica)
+    planned = {(rise.tenant, rise.device_class) for rise in foreseen}
+    found = []
+    for (tenant, device_class), per_replica in sorted(widest.items()):
+        if (tenant, device_class) in planned:
+            continue
+        room = book.quota(tenant, device_class).nominal - book.in_use(tenant, device_class)
+        replicas = int(room // per_replica)
+        if replicas > 0:
+            found.append(
+                Rise(tenant, device_class, replicas, per_replica, now + UNFORESEEN_CHEAP_S, 0)
+            )
     return tuple(found)
 
 
@@ -130,7 +173,9 @@ class Places:
         Keeping the place is ski rental, as an eviction by tier is (rule 6): the job takes it
         once the `idle` free devices of its place have idled, while it waited (`idled`
         device-seconds), as much as the scale-up would destroy by evicting it: its devices
-        from now to the rise, and their restart. A job never waits out more than that."""
+        from now to the rise, and their restart. A job never waits out more than that. For a
+        rise that may come at any time, the worst is its whole run, counted up to
+        `UNFORESEEN_EXPOSURE_S`."""
         if job.checkpoint_interval_s is not None:
             return None
         now = self._now
@@ -143,7 +188,11 @@ class Places:
             if not _places(left, rise) < rise.replicas <= _places(cheap, rise):
                 continue
             taking = sum(len(taken) for _, taken in choice)
-            lost = taking * (max(rise.at - now, 0.0) + job.restart_s)
+            if rise.days:
+                exposed = max(rise.at - now, 0.0)
+            else:
+                exposed = min(end - now, UNFORESEEN_EXPOSURE_S)
+            lost = taking * (exposed + job.restart_s)
             if idled >= lost:
                 continue
             takes_in = (lost - idled) / (idle + taking)
@@ -151,7 +200,7 @@ class Places:
                 tenant=rise.tenant,
                 replicas=rise.replicas,
                 devices_per_replica=rise.devices_per_replica,
-                rise_in_s=rise.at - now,
+                rise_in_s=rise.at - now if rise.days else None,
                 days=rise.days,
                 takes_in_s=takes_in,
             )
@@ -179,11 +228,14 @@ def places(
     tiers: Mapping[str, Tier],
     now: float,
 ) -> Places | None:
-    """The cycle's places kept for forecast rises; None when no rise is expected that its
-    tenant's nominal quota has room for (or the forecast is off)."""
+    """The cycle's places kept for forecast rises and for those not yet seen to recur; None
+    when no rise is expected that its tenant's nominal quota has room for (or the forecast is
+    off)."""
     if not days or not starts:
         return None
-    found = [rise for rise in rises(starts, now=now, days=days) if _has_room(rise, book)]
+    foreseen = rises(starts, now=now, days=days)
+    found = [rise for rise in foreseen if _has_room(rise, book)]
+    found += unforeseen(starts, foreseen, book=book, now=now, days=days)
     if not found:
         return None
     return Places(found, pool=pool, running=running, tiers=tiers, now=now)

@@ -23,6 +23,7 @@ from gangq.queue.core.model import (
     Snapshot,
     Tenant,
 )
+from gangq.queue.core.quota import QuotaBook
 
 DAY = 86_400.0
 HOUR = 3_600.0
@@ -145,11 +146,67 @@ def test_a_job_that_ends_before_it_or_saves_checkpoints_takes_the_place() -> Non
     assert [a.job for a in saves.admissions] == ["team-a/long"]
 
 
-def test_without_the_forecast_or_a_recurrence_it_takes_the_place() -> None:
+def test_without_the_forecast_or_any_scale_up_it_takes_the_place() -> None:
     off = _cycle(_long(), policy=Policy(serving_forecast_days=None))
-    once = _cycle(_long(), starts=DAILY[:1])
+    never = _cycle(_long(), starts=())
+    long_ago = _cycle(_long(), starts=(_start(1, 11.0),))  # before the window of 7 days
     assert [a.job for a in off.admissions] == ["team-a/long"]
-    assert [a.job for a in once.admissions] == ["team-a/long"]
+    assert [a.job for a in never.admissions] == ["team-a/long"]
+    assert [a.job for a in long_ago.admissions] == ["team-a/long"]
+
+
+# --- a scale-up not yet seen to recur ----------------------------------------------------------
+
+ONCE = DAILY[:1]
+"""Prod scaled up on one day only: no hour is forecast, but its nominal quota has room."""
+
+
+def test_a_scale_up_not_yet_seen_to_recur_is_planned_for_at_once() -> None:
+    """Prod's room (8, nothing in use) holds one replica of the 8 devices it started with."""
+    book = QuotaBook(quotas=QUOTAS, running=())
+    (rise,) = serving.unforeseen(ONCE, (), book=book, now=NOW, days=7)
+    assert (rise.tenant, rise.replicas, rise.devices_per_replica, rise.days) == ("prod", 1, 8, 0)
+    assert rise.at == NOW + serving.UNFORESEEN_CHEAP_S
+    foreseen = serving.rises(DAILY, now=NOW, days=7)
+    assert serving.unforeseen(DAILY, foreseen, book=book, now=NOW, days=7) == ()
+
+
+def test_before_it_recurs_a_job_pays_for_the_place_with_its_whole_run() -> None:
+    """The scale-up may come at once and evict the job at its end: 8 x (20 h + 300 s) =
+    578,400 device-s, met by its 8 idle devices and itself in 578,400 / 16 = 36,150 s."""
+    result = _cycle(_long(), starts=ONCE)
+    assert result.admissions == ()
+    reason = result.pending[JobKey("team-a/long")]
+    assert reason.cause is WaitCause.SERVING
+    assert reason.message == (
+        "capacity: keeps a place cheap to clear for tenant prod's scale-up within its nominal "
+        "quota (1 x 8, not yet seen to recur, so it may come at any time): the job would run "
+        "past it without checkpoints; it takes the place in ~10h02m at the latest, when its "
+        "idle devices will have cost what the scale-up would destroy"
+    )
+    assert result.decide_again_at == NOW + 36_150.0
+
+
+def test_before_it_recurs_a_run_counts_up_to_a_day() -> None:
+    """A run of 40 h counts as 24 h: 8 x (24 h + 300 s) / 16 = 43,350 s."""
+    result = _cycle(_long(max_runtime_s=40 * HOUR), starts=ONCE)
+    assert result.admissions == ()
+    assert result.decide_again_at == NOW + 43_350.0
+
+
+def test_before_it_recurs_a_job_ending_within_the_hour_takes_the_place() -> None:
+    short = _cycle(_long(predicted_runtime_s=0.5 * HOUR), starts=ONCE)
+    saves = _cycle(_long(checkpoint_interval_s=1_800.0), starts=ONCE)
+    assert [a.job for a in short.admissions] == ["team-a/long"]
+    assert [a.job for a in saves.admissions] == ["team-a/long"]
+
+
+def test_before_it_recurs_no_place_is_kept_beyond_the_nominal_quota() -> None:
+    serving_now = builders.gang(
+        "serve", [("node-0", range(8))], tenant="prod", tier="prod-inference", max_runtime_s=None
+    )
+    result = _cycle(_long(), running=(serving_now,), starts=ONCE)
+    assert [a.job for a in result.admissions] == ["team-a/long"]
 
 
 def test_a_gang_predicted_to_end_before_it_keeps_its_node_cheap() -> None:

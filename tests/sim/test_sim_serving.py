@@ -88,3 +88,51 @@ def test_a_forecast_scale_up_finds_its_place_cheap_to_clear() -> None:
     assert taken.records["team/short"].finished_at > 2 * DAY + 11 * HOUR
     assert kept.records["team/long"].waited_by_cause[WaitCause.SERVING] > 0
     assert forecast["device_hours_lost"] < blind["device_hours_lost"] / 5
+
+
+def _second_day(**long: Any) -> trace.Trace:
+    """Prod scaled up on day 0 only; on day 1, an hour before its next scale-up, a job that
+    would run 12 h without checkpoints arrives while node 1 stands free."""
+    jobs = [
+        _job("team/steady", 0, "training", devicesPerReplica=8, runtime=100 * HOUR),
+        *(
+            _job(
+                f"prod/up-{day}",
+                day * DAY + 11 * HOUR,
+                "prod-inference",
+                devicesPerReplica=8,
+                runtime=2 * HOUR,
+            )
+            for day in range(2)
+        ),
+        _job(
+            "team/long",
+            DAY + 10 * HOUR,
+            "training",
+            devicesPerReplica=8,
+            runtime=10 * HOUR,
+            maxRuntime=12 * HOUR,
+            **long,
+        ),
+    ]
+    document = trace.to_document(WEEK)
+    return trace.from_document({**document, "horizon": 2 * DAY, "jobs": jobs})
+
+
+def test_before_a_scale_up_recurs_its_place_is_kept_as_well() -> None:
+    """On day 1 no hour is forecast yet (one day seen), but prod's nominal quota has room:
+    the long job would pay for node 1 with its whole 12 h bound, so it waits instead of
+    being evicted at 11:00, and starts once the scale-up has come and gone (13:00). Blind,
+    the scale-up destroys its first hour."""
+    kept = engine.simulate(_second_day(), policy.create("gangq", device_class="gpu.nvidia.com"))
+    blind = engine.simulate(
+        _second_day(),
+        policy.create(
+            "gangq", device_class="gpu.nvidia.com", settings=Policy(serving_forecast_days=None)
+        ),
+    )
+    assert blind.records["team/long"].evictions == 1
+    assert kept.records["team/long"].evictions == 0
+    assert kept.device_seconds_lost == 0.0
+    assert kept.records["team/long"].waited_by_cause[WaitCause.SERVING] == pytest.approx(HOUR)
+    assert kept.records["team/long"].first_started_at == DAY + 13 * HOUR
