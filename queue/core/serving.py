@@ -12,9 +12,10 @@ end by then or saves checkpoints. A job expected to run past that instant withou
 checkpoints is not placed where it would leave no such place; it waits, or runs elsewhere.
 
 Before a scale-up has come on enough days to recur, its hour is unknown but the risk is not:
-a serving tenant with room in its nominal quota may scale up at any time, and every device
-in that room holds work it may destroy. So until the forecast knows better, one such place is
-kept as well, for a scale-up that may come at once (`unforeseen`).
+a tenant serving now, with room in its nominal quota, may scale up at any time, and every
+device in that room holds work it may destroy. So until the forecast knows better, one such
+place is kept as well, for a scale-up that may come at once (`unforeseen`). A tenant that
+serves nothing now has no service to scale: its devices go to whoever waits.
 
 Owns the forecast and that check; the cycle acts on the answers, nothing here admits.
 """
@@ -22,7 +23,7 @@ Owns the forecast and that check; the cycle acts on the answers, nothing here ad
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gangq.queue.core import backfill, explain, placement
@@ -97,13 +98,15 @@ def unforeseen(
     starts: Iterable[ServingStart],
     foreseen: Sequence[Rise],
     *,
+    serving: Collection[tuple[Tenant, str]],
     book: QuotaBook,
     now: float,
     days: int,
 ) -> tuple[Rise, ...]:
-    """Per tenant and device class that scaled up within the last `days` days but has no rise
-    in `foreseen`: a scale-up that may come at once, of as many replicas of the largest size it
-    started with as the room left in its nominal quota holds."""
+    """Per tenant and device class in `serving` (it runs a gang of a tier that always
+    preempts) that was admitted within the last `days` days but has no rise in `foreseen`: a
+    scale-up that may come at once, of as many replicas of the largest size it started with as
+    the room left in its nominal quota holds."""
     since = now - days * DAY_S
     widest: dict[tuple[Tenant, str], int] = {}
     for start in starts:
@@ -113,7 +116,7 @@ def unforeseen(
     planned = {(rise.tenant, rise.device_class) for rise in foreseen}
     found = []
     for (tenant, device_class), per_replica in sorted(widest.items()):
-        if (tenant, device_class) in planned:
+        if (tenant, device_class) in planned or (tenant, device_class) not in serving:
             continue
         room = book.quota(tenant, device_class).nominal - book.in_use(tenant, device_class)
         replicas = int(room // per_replica)
@@ -235,7 +238,12 @@ def places(
         return None
     foreseen = rises(starts, now=now, days=days)
     found = [rise for rise in foreseen if _has_room(rise, book)]
-    found += unforeseen(starts, foreseen, book=book, now=now, days=days)
+    serving = {
+        (gang.tenant, gang.device_class)
+        for gang in running
+        if gang.tier in tiers and tiers[gang.tier].always_preempts
+    }
+    found += unforeseen(starts, foreseen, serving=serving, book=book, now=now, days=days)
     if not found:
         return None
     return Places(found, pool=pool, running=running, tiers=tiers, now=now)

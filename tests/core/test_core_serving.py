@@ -22,6 +22,7 @@ from gangq.queue.core.model import (
     ServingStart,
     Snapshot,
     Tenant,
+    TenantQuota,
 )
 from gangq.queue.core.quota import QuotaBook
 
@@ -95,10 +96,12 @@ def _cycle(
     policy: Policy = DEFAULT,
     now: float = NOW,
     free_since: Mapping[DeviceId, float] | None = None,
+    nodes: int = 2,
+    quotas: tuple[TenantQuota, ...] = QUOTAS,
 ) -> CycleResult:
     snapshot = Snapshot(
-        inventory=builders.cluster(2),
-        quotas=QUOTAS,
+        inventory=builders.cluster(nodes),
+        quotas=quotas,
         running=running,
         pending=(job,),
         serving_starts=starts,
@@ -158,23 +161,45 @@ def test_without_the_forecast_or_any_scale_up_it_takes_the_place() -> None:
 # --- a scale-up not yet seen to recur ----------------------------------------------------------
 
 ONCE = DAILY[:1]
-"""Prod scaled up on one day only: no hour is forecast, but its nominal quota has room."""
+"""Prod scaled up on one day only: no hour is forecast yet."""
+SERVING_QUOTAS = (builders.quota("prod", 16), builders.quota("team-a", 8))
+SERVING = builders.gang(
+    "serve", [("node-2", range(8))], tenant="prod", tier="prod-inference", max_runtime_s=None
+)
+"""Prod serves 8 of its nominal 16 on node 2: it may scale up into the other 8 at any time.
+Node 0 runs days of unsaved work, so node 1 is the last place it could clear cheaply."""
+
+
+def _unforeseen(job: PendingJob, **changes: object) -> CycleResult:
+    settings: dict[str, object] = {
+        "running": (COSTLY, SERVING),
+        "starts": ONCE,
+        "nodes": 3,
+        "quotas": SERVING_QUOTAS,
+    }
+    settings.update(changes)
+    return _cycle(job, **settings)  # type: ignore[arg-type]
 
 
 def test_a_scale_up_not_yet_seen_to_recur_is_planned_for_at_once() -> None:
-    """Prod's room (8, nothing in use) holds one replica of the 8 devices it started with."""
-    book = QuotaBook(quotas=QUOTAS, running=())
-    (rise,) = serving.unforeseen(ONCE, (), book=book, now=NOW, days=7)
+    """Prod's room (16 nominal, 8 in use) holds one replica of the 8 devices it started with,
+    while it serves; a tenant serving nothing now, or one with a forecast, gets none."""
+    book = QuotaBook(quotas=SERVING_QUOTAS, running=(SERVING,))
+    serving_now = {(Tenant("prod"), GPU)}
+    (rise,) = serving.unforeseen(ONCE, (), serving=serving_now, book=book, now=NOW, days=7)
     assert (rise.tenant, rise.replicas, rise.devices_per_replica, rise.days) == ("prod", 1, 8, 0)
     assert rise.at == NOW + serving.UNFORESEEN_CHEAP_S
+    assert serving.unforeseen(ONCE, (), serving=set(), book=book, now=NOW, days=7) == ()
     foreseen = serving.rises(DAILY, now=NOW, days=7)
-    assert serving.unforeseen(DAILY, foreseen, book=book, now=NOW, days=7) == ()
+    assert (
+        serving.unforeseen(DAILY, foreseen, serving=serving_now, book=book, now=NOW, days=7) == ()
+    )
 
 
 def test_before_it_recurs_a_job_pays_for_the_place_with_its_whole_run() -> None:
     """The scale-up may come at once and evict the job at its end: 8 x (20 h + 300 s) =
     578,400 device-s, met by its 8 idle devices and itself in 578,400 / 16 = 36,150 s."""
-    result = _cycle(_long(), starts=ONCE)
+    result = _unforeseen(_long())
     assert result.admissions == ()
     reason = result.pending[JobKey("team-a/long")]
     assert reason.cause is WaitCause.SERVING
@@ -189,48 +214,25 @@ def test_before_it_recurs_a_job_pays_for_the_place_with_its_whole_run() -> None:
 
 def test_before_it_recurs_a_run_counts_up_to_a_day() -> None:
     """A run of 40 h counts as 24 h: 8 x (24 h + 300 s) / 16 = 43,350 s."""
-    result = _cycle(_long(max_runtime_s=40 * HOUR), starts=ONCE)
+    result = _unforeseen(_long(max_runtime_s=40 * HOUR))
     assert result.admissions == ()
     assert result.decide_again_at == NOW + 43_350.0
 
 
 def test_before_it_recurs_a_job_ending_within_the_hour_takes_the_place() -> None:
-    short = _cycle(_long(predicted_runtime_s=0.5 * HOUR), starts=ONCE)
-    saves = _cycle(_long(checkpoint_interval_s=1_800.0), starts=ONCE)
+    short = _unforeseen(_long(predicted_runtime_s=0.5 * HOUR))
+    saves = _unforeseen(_long(checkpoint_interval_s=1_800.0))
     assert [a.job for a in short.admissions] == ["team-a/long"]
     assert [a.job for a in saves.admissions] == ["team-a/long"]
 
 
-def test_before_it_recurs_no_place_is_kept_beyond_the_nominal_quota() -> None:
-    serving_now = builders.gang(
-        "serve", [("node-0", range(8))], tenant="prod", tier="prod-inference", max_runtime_s=None
-    )
-    result = _cycle(_long(), running=(serving_now,), starts=ONCE)
-    assert [a.job for a in result.admissions] == ["team-a/long"]
-
-
-def test_a_gang_predicted_to_end_before_it_keeps_its_node_cheap() -> None:
-    """Node 0's gang ends within the hour: node 0 stays a cheap place, so node 1 is free to
-    take."""
-    ending = dataclasses.replace(COSTLY, predicted_end_at=NOW + 0.5 * HOUR)
-    assert [a.job for a in _cycle(_long(), running=(ending,)).admissions] == ["team-a/long"]
-
-
-def test_no_place_is_kept_for_a_scale_up_its_quota_has_no_room_for() -> None:
-    """Prod already serves its whole nominal quota on node 0: a scale-up would not fit it."""
-    serving_now = builders.gang(
-        "serve", [("node-0", range(8))], tenant="prod", tier="prod-inference", max_runtime_s=None
-    )
-    result = _cycle(_long(), running=(serving_now,))
-    assert [a.job for a in result.admissions] == ["team-a/long"]
-
-
-def test_where_no_place_is_cheap_already_nothing_is_kept() -> None:
-    """Both nodes hold unsaved work for days: a 1-GPU job has no cheap place to leave."""
-    other = dataclasses.replace(
-        builders.gang("other", [("node-1", range(7))], started_at=NOW - 5 * HOUR),
-        max_runtime_s=100 * HOUR,
-    )
-    small = builders.job("one", submitted_at=NOW, max_runtime_s=20 * HOUR)
-    result = _cycle(small, running=(COSTLY, other))
-    assert [a.job for a in result.admissions] == ["team-a/one"]
+def test_before_it_recurs_nothing_is_kept_beyond_the_nominal_quota_or_once_the_service_went() -> (
+    None
+):
+    """Prod serving its whole nominal has no room to scale into; prod serving nothing (its
+    service deleted) has no service to scale."""
+    full = (builders.quota("prod", 8), builders.quota("team-a", 8))
+    no_room = _unforeseen(_long(), quotas=full)
+    gone = _unforeseen(_long(), running=(COSTLY,))
+    assert [a.job for a in no_room.admissions] == ["team-a/long"]
+    assert [a.job for a in gone.admissions] == ["team-a/long"]

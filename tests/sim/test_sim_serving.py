@@ -90,10 +90,12 @@ def test_a_forecast_scale_up_finds_its_place_cheap_to_clear() -> None:
     assert forecast["device_hours_lost"] < blind["device_hours_lost"] / 5
 
 
-def _second_day(**long: Any) -> trace.Trace:
-    """Prod scaled up on day 0 only; on day 1, an hour before its next scale-up, a job that
-    would run 12 h without checkpoints arrives while node 1 stands free."""
+def _second_day() -> trace.Trace:
+    """Prod serves 1 x 8 for good and scaled up on day 0 only; on day 1, an hour before its
+    next scale-up, a job that would run 12 h without checkpoints arrives while one node
+    stands free (one holds days of unsaved work, one the service)."""
     jobs = [
+        _job("prod/serve", 0, "prod-inference", devicesPerReplica=8),
         _job("team/steady", 0, "training", devicesPerReplica=8, runtime=100 * HOUR),
         *(
             _job(
@@ -112,18 +114,26 @@ def _second_day(**long: Any) -> trace.Trace:
             devicesPerReplica=8,
             runtime=10 * HOUR,
             maxRuntime=12 * HOUR,
-            **long,
         ),
     ]
-    document = trace.to_document(WEEK)
-    return trace.from_document({**document, "horizon": 2 * DAY, "jobs": jobs})
+    return trace.from_document(
+        {
+            "horizon": 2 * DAY,
+            "cluster": {"nodes": 3, "racks": 1},
+            "tenants": [
+                {"name": "prod", "nominal": 16},
+                {"name": "team", "nominal": 8, "borrowingLimit": 8},
+            ],
+            "jobs": jobs,
+        }
+    )
 
 
 def test_before_a_scale_up_recurs_its_place_is_kept_as_well() -> None:
-    """On day 1 no hour is forecast yet (one day seen), but prod's nominal quota has room:
-    the long job would pay for node 1 with its whole 12 h bound, so it waits instead of
-    being evicted at 11:00, and starts once the scale-up has come and gone (13:00). Blind,
-    the scale-up destroys its first hour."""
+    """On day 1 no hour is forecast yet (one day seen), but prod serves and its nominal quota
+    has room: the long job would pay for the free node with its whole 12 h bound, so it waits
+    instead of being evicted at 11:00, and starts once the scale-up has come and gone
+    (13:00). Blind, the scale-up destroys its first hour."""
     kept = engine.simulate(_second_day(), policy.create("gangq", device_class="gpu.nvidia.com"))
     blind = engine.simulate(
         _second_day(),
