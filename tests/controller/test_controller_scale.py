@@ -20,6 +20,15 @@ def _pods(harness: Harness, namespace: str) -> dict[str, str]:
     }
 
 
+def _short_small() -> dict[str, object]:
+    """A small job bounded within the hour: cheap to clear, so it may take the room the
+    serving tenant could scale into (a longer one would leave it to a scale-up that may come
+    at any time, core module `serving`)."""
+    return training_job(
+        "ci", tier="small", replicas=1, devices=8, run_seconds=None, maxRuntimeSeconds=1800
+    )
+
+
 async def test_scale_up_preempts_small_jobs_and_scale_down_keeps_the_rest(harness: Harness) -> None:
     tiers = tuple(
         t.model_copy(update={"min_runtime_before_preemption_s": 0.0})
@@ -31,7 +40,7 @@ async def test_scale_up_preempts_small_jobs_and_scale_down_keeps_the_rest(harnes
     )
     await harness.kube.create(resources.TRAINING_JOBS, "inference", serve)
     await wait_for(lambda: harness.phase("serve", "inference") == "Running")
-    small = training_job("ci", tier="small", replicas=1, devices=8, run_seconds=None)
+    small = _short_small()
     await harness.kube.create(resources.TRAINING_JOBS, "ml-train", small)
     await wait_for(lambda: harness.phase("ci") == "Running")
     first = _pods(harness, "inference")
@@ -71,7 +80,7 @@ async def test_scale_down_below_the_first_admission_releases_the_highest_replica
     assert [
         c["metadata"]["name"] for c in harness.objects(resources.RESOURCE_CLAIMS, "inference")
     ] == ["serve-0"]
-    small = training_job("ci", tier="small", replicas=1, devices=8, run_seconds=None)
+    small = _short_small()
     await harness.kube.create(resources.TRAINING_JOBS, "ml-train", small)
     await wait_for(lambda: harness.phase("ci") == "Running")
     await harness.kube.patch(
