@@ -179,9 +179,9 @@ async def test_a_partial_gang_slow_to_go_is_neither_admitted_again_nor_built_on(
     gone (the names would meet)."""
     async with running_harness(engine, inventory=Inventory(nodes=3, gpus_per_node=8)) as harness:
         harness.start("a")
-        await harness.kube.create(
-            resources.TRAINING_JOBS, "ml-train", training_job("lost", devices=8, run_seconds=None)
-        )
+        # It saves checkpoints, so it may also take the node the serving job could scale into.
+        lost_job = training_job("lost", devices=8, run_seconds=None, checkpointIntervalSeconds=600)
+        await harness.kube.create(resources.TRAINING_JOBS, "ml-train", lost_job)
         await wait_for(lambda: harness.phase("lost") == "Running")
         await harness.stop("a")
         old = {
