@@ -110,6 +110,14 @@ def _cycle(
     return cycle.run_cycle(snapshot=snapshot, policy=policy, now=now, matcher=DeviceMatcher())
 
 
+def _serving_refusal(result: CycleResult) -> str:
+    """The message of the long job's wait, which must be for a serving place."""
+    assert result.admissions == ()
+    reason = result.pending[JobKey("team-a/long")]
+    assert reason.cause is WaitCause.SERVING
+    return reason.message
+
+
 def _long(**changes: object) -> PendingJob:
     job = builders.job("long", per_replica=8, submitted_at=NOW, max_runtime_s=20 * HOUR)
     return dataclasses.replace(job, **changes)
@@ -120,10 +128,7 @@ def test_a_job_that_would_run_past_the_scale_up_leaves_the_last_cheap_place() ->
     60,000 device-s. Its 8 idle devices and that loss meet in 60,000 / 16 = 3,750 s: then
     waiting has cost what taking the place would, and the cycle asks to be run again."""
     result = _cycle(_long())
-    assert result.admissions == ()
-    reason = result.pending[JobKey("team-a/long")]
-    assert reason.cause is WaitCause.SERVING
-    assert reason.message == (
+    assert _serving_refusal(result) == (
         "capacity: keeps a place cheap to clear for tenant prod's daily scale-up (1 x 8, "
         "expected in ~2h00m, seen on 3 of the last days): the job would run past it without "
         "checkpoints; it takes the place in ~1h02m at the latest, when its idle devices will "
@@ -170,15 +175,13 @@ SERVING = builders.gang(
 Node 0 runs days of unsaved work, so node 1 is the last place it could clear cheaply."""
 
 
-def _unforeseen(job: PendingJob, **changes: object) -> CycleResult:
-    settings: dict[str, object] = {
-        "running": (COSTLY, SERVING),
-        "starts": ONCE,
-        "nodes": 3,
-        "quotas": SERVING_QUOTAS,
-    }
-    settings.update(changes)
-    return _cycle(job, **settings)  # type: ignore[arg-type]
+def _unforeseen(
+    job: PendingJob,
+    *,
+    running: tuple[RunningJob, ...] = (COSTLY, SERVING),
+    quotas: tuple[TenantQuota, ...] = SERVING_QUOTAS,
+) -> CycleResult:
+    return _cycle(job, running=running, starts=ONCE, nodes=3, quotas=quotas)
 
 
 def test_a_scale_up_not_yet_seen_to_recur_is_planned_for_at_once() -> None:
@@ -200,10 +203,7 @@ def test_before_it_recurs_a_job_pays_for_the_place_with_its_whole_run() -> None:
     """The scale-up may come at once and evict the job at its end: 8 x (20 h + 300 s) =
     578,400 device-s, met by its 8 idle devices and itself in 578,400 / 16 = 36,150 s."""
     result = _unforeseen(_long())
-    assert result.admissions == ()
-    reason = result.pending[JobKey("team-a/long")]
-    assert reason.cause is WaitCause.SERVING
-    assert reason.message == (
+    assert _serving_refusal(result) == (
         "capacity: keeps a place cheap to clear for tenant prod's scale-up within its nominal "
         "quota (1 x 8, not yet seen to recur, so it may come at any time): the job would run "
         "past it without checkpoints; it takes the place in ~10h02m at the latest, when its "

@@ -21,6 +21,20 @@ def _job(name: str, arrival: float, tier: str, **fields: Any) -> dict[str, Any]:
     return {"name": name, "arrival": arrival, "tenant": tenant, "tier": tier, **fields}
 
 
+def _scale_ups(*, days: int) -> list[dict[str, Any]]:
+    """Prod's 1 x 8 scale-up at 11:00 for 2 h, on each of the first `days` days."""
+    return [
+        _job(
+            f"prod/up-{day}",
+            day * DAY + 11 * HOUR,
+            "prod-inference",
+            devicesPerReplica=8,
+            runtime=2 * HOUR,
+        )
+        for day in range(days)
+    ]
+
+
 WEEK = trace.from_document(
     {
         "horizon": 3 * DAY,
@@ -33,16 +47,7 @@ WEEK = trace.from_document(
             # Node 0 runs days of unsaved work: node 1 is the only place a scale-up clears
             # cheaply.
             _job("team/steady", 0, "training", devicesPerReplica=8, runtime=100 * HOUR),
-            *(
-                _job(
-                    f"prod/up-{day}",
-                    day * DAY + 11 * HOUR,
-                    "prod-inference",
-                    devicesPerReplica=8,
-                    runtime=2 * HOUR,
-                )
-                for day in range(3)
-            ),
+            *_scale_ups(days=3),
             # On day 2 a job that would run past 11:00 without checkpoints, then one that
             # ends before it.
             _job(
@@ -66,10 +71,14 @@ WEEK = trace.from_document(
 )
 
 
-def _run(settings: Policy) -> tuple[dict[str, Any], engine.Outcome]:
-    outcome = engine.simulate(
-        WEEK, policy.create("gangq", device_class="gpu.nvidia.com", settings=settings)
+def _simulate(week: trace.Trace, settings: Policy) -> engine.Outcome:
+    return engine.simulate(
+        week, policy.create("gangq", device_class="gpu.nvidia.com", settings=settings)
     )
+
+
+def _run(settings: Policy) -> tuple[dict[str, Any], engine.Outcome]:
+    outcome = _simulate(WEEK, settings)
     return report.summarize(outcome), outcome
 
 
@@ -97,16 +106,7 @@ def _second_day() -> trace.Trace:
     jobs = [
         _job("prod/serve", 0, "prod-inference", devicesPerReplica=8),
         _job("team/steady", 0, "training", devicesPerReplica=8, runtime=100 * HOUR),
-        *(
-            _job(
-                f"prod/up-{day}",
-                day * DAY + 11 * HOUR,
-                "prod-inference",
-                devicesPerReplica=8,
-                runtime=2 * HOUR,
-            )
-            for day in range(2)
-        ),
+        *_scale_ups(days=2),
         _job(
             "team/long",
             DAY + 10 * HOUR,
@@ -134,13 +134,8 @@ def test_before_a_scale_up_recurs_its_place_is_kept_as_well() -> None:
     has room: the long job would pay for the free node with its whole 12 h bound, so it waits
     instead of being evicted at 11:00, and starts once the scale-up has come and gone
     (13:00). Blind, the scale-up destroys its first hour."""
-    kept = engine.simulate(_second_day(), policy.create("gangq", device_class="gpu.nvidia.com"))
-    blind = engine.simulate(
-        _second_day(),
-        policy.create(
-            "gangq", device_class="gpu.nvidia.com", settings=Policy(serving_forecast_days=None)
-        ),
-    )
+    kept = _simulate(_second_day(), Policy())
+    blind = _simulate(_second_day(), Policy(serving_forecast_days=None))
     assert blind.records["team/long"].evictions == 1
     assert kept.records["team/long"].evictions == 0
     assert kept.device_seconds_lost == 0.0
