@@ -328,6 +328,9 @@ class RunningJob:
     """When the gang last reported a saved checkpoint; an eviction loses only the work since."""
     checkpoint_interval_s: float | None = None
     """The job's declared checkpoint interval: an eviction loses at most this much of its run."""
+    checkpoint_grace_s: float | None = None
+    """`spec.preemption.checkpointGraceSeconds`: an eviction or shrink first asks the gang for
+    a checkpoint and waits up to this long for it; None: it goes at once."""
     restart_s: float = DEFAULT_RESTART_S
     """Seconds an evicted gang needs to come back (load its checkpoint, re-form the gang),
     each of its devices idle meanwhile: part of what an eviction costs (rule 6)."""
@@ -361,16 +364,23 @@ class RunningJob:
             since = min(since, self.checkpoint_interval_s)
         return max(since, 0.0)
 
-    def lost_work_device_s(self, now: float) -> float:
+    def lost_work_device_s(self, now: float, *, asked: bool = True) -> float:
         """Device-seconds of work an eviction now destroys (rule 6): every device's
-        `unsaved_s`."""
-        return self.device_count * self.unsaved_s(now)
+        `unsaved_s`. A gang that opted in to be asked first saves when asked, so with `asked`
+        it loses at most its grace: opting in promises the answer, and one that breaks it
+        loses its run, which then counts against evicting it again (`lost_before_device_s`).
+        Without `asked` it is weighed as if it went at once."""
+        unsaved = self.unsaved_s(now)
+        if asked and self.checkpoint_grace_s is not None:
+            unsaved = min(unsaved, self.checkpoint_grace_s)
+        return self.device_count * unsaved
 
-    def eviction_cost_device_s(self, now: float) -> float:
-        """What evicting the gang now costs in device-seconds (rule 6): the work it destroys,
-        its restart, and the work earlier evictions already destroyed."""
+    def eviction_cost_device_s(self, now: float, *, asked: bool = True) -> float:
+        """What evicting the gang now costs in device-seconds (rule 6): the work it destroys
+        (`lost_work_device_s`), its restart, and the work earlier evictions already
+        destroyed."""
         restart = self.device_count * self.restart_s
-        return self.lost_work_device_s(now) + restart + self.lost_before_device_s
+        return self.lost_work_device_s(now, asked=asked) + restart + self.lost_before_device_s
 
     @property
     def ends_at(self) -> float | None:

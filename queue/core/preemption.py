@@ -46,7 +46,9 @@ class Rights:
     by_loss: bool = False
     """A tier that always preempts skips the pays test (`preemptor.weigh`), so the work its
     victims lose is the only thing between it and a week's runs: it compares victim sets by
-    that first (`order_of`)."""
+    that first (`order_of`). It does not count on the checkpoint a victim asked first saves
+    (`RunningJob.lost_work_device_s`): that victim keeps it waiting for the save, so the
+    promise must not draw it there; it weighs such a victim as one that goes at once."""
 
 
 def is_eligible(
@@ -133,20 +135,23 @@ def order_of(cost: Cost, *, by_loss: bool) -> Order:
     return (lost, rank, nominal, count) if by_loss else (rank, nominal, lost, count)
 
 
-def gang_cost(gang: RunningJob, *, ranks: Mapping[str, int], now: float) -> Cost:
+def gang_cost(gang: RunningJob, *, ranks: Mapping[str, int], now: float, by_loss: bool) -> Cost:
     return (
         ranks.get(gang.tier, 0),
         gang.device_count - gang.borrowed,
-        gang.eviction_cost_device_s(now),
+        gang.eviction_cost_device_s(now, asked=not by_loss),
         1,
     )
 
 
-def set_cost(gangs: Iterable[RunningJob], *, ranks: Mapping[str, int], now: float) -> Cost:
+def set_cost(
+    gangs: Iterable[RunningJob], *, ranks: Mapping[str, int], now: float, by_loss: bool
+) -> Cost:
     """Rule 6 between victim sets, in this order: (1) the highest tier evicted; (2) devices
     evicted from use within nominal (borrowed use goes first); (3) eviction cost in
-    device-seconds (`RunningJob.eviction_cost_device_s`); (4) gangs evicted."""
-    return _combine(gang_cost(g, ranks=ranks, now=now) for g in gangs)
+    device-seconds (`RunningJob.eviction_cost_device_s`, as `Rights.by_loss` counts it);
+    (4) gangs evicted."""
+    return _combine(gang_cost(g, ranks=ranks, now=now, by_loss=by_loss) for g in gangs)
 
 
 def _combine(costs: Iterable[Cost]) -> Cost:
@@ -199,7 +204,7 @@ def cheapest_on_node(
             if len(gangs) == MAX_EXACT_GANGS:
                 break
     needed = shape.devices_per_replica - len(supply.available(node))
-    costs = [gang_cost(g, ranks=ranks, now=now) for g in gangs]
+    costs = [gang_cost(g, ranks=ranks, now=now, by_loss=by_loss) for g in gangs]
     # each subset's cost and devices extend those of the subset without its highest member,
     # adding members in index order as `_combine` does, so the costs compare exactly alike
     set_costs = [NO_COST] * (1 << len(gangs))
@@ -253,7 +258,7 @@ def by_clearance(
     several replicas needs whole nodes: the cheapest gangs one by one may each free half of
     another node and cost more together than clearing fewer nodes whole."""
     gangs = list(candidates)
-    costs = {gang.key: gang_cost(gang, ranks=ranks, now=now) for gang in gangs}
+    costs = {gang.key: gang_cost(gang, ranks=ranks, now=now, by_loss=by_loss) for gang in gangs}
     per_node: dict[NodeName, list[RunningJob]] = {}
     for gang in gangs:
         for node, matching in pool.held_matching(selector, gang):

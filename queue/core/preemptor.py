@@ -169,7 +169,7 @@ def _find(
 
     def eligible(gangs: list[RunningJob]) -> Iterator[RunningJob]:
         if by_loss:
-            gangs = sorted(gangs, key=lambda gang: gang.eviction_cost_device_s(now))
+            gangs = sorted(gangs, key=lambda gang: gang.eviction_cost_device_s(now, asked=False))
         for gang in gangs:
             if gang.key not in claimed and preemption.is_eligible(
                 gang, rights=rights, tiers=tiers, now=now
@@ -266,7 +266,7 @@ def _find(
 def _order(
     gangs: tuple[RunningJob, ...], *, ranks: dict[str, int], state: CycleState, by_loss: bool
 ) -> preemption.Order:
-    cost = preemption.set_cost(gangs, ranks=ranks, now=state.now)
+    cost = preemption.set_cost(gangs, ranks=ranks, now=state.now, by_loss=by_loss)
     return preemption.order_of(cost, by_loss=by_loss)
 
 
@@ -370,14 +370,16 @@ def _rent(
     """The ski-rental test of `weigh`: whether evicting pays now, after `kept` device-seconds
     of waiting that grow by `rate` devices; if not, in how long it may first pay. The cost
     grows with the unsaved work of victims that declare no checkpoint interval (never pays,
-    None, if that grows as fast) and falls back at each checkpoint of the others, so the
+    None, if that grows as fast) and falls back at each checkpoint of those that do, so the
     earliest is when the wait covers their cost without that work, or their next
-    checkpoint. The cycle at that time weighs again."""
+    checkpoint. A victim asked first loses at most its grace whatever it declares: its cost
+    stays put. The cycle at that time weighs again."""
     factor, now = state.policy.preemption_cost_factor, state.now
     if math.isinf(factor) or cost <= factor * kept:
         return True, None
-    saving = [v for v in victims if v.checkpoint_interval_s is not None]
-    growth = sum(v.device_count for v in victims if v.checkpoint_interval_s is None)
+    unasked = [v for v in victims if v.checkpoint_grace_s is None]
+    saving = [v for v in unasked if v.checkpoint_interval_s is not None]
+    growth = sum(v.device_count for v in unasked if v.checkpoint_interval_s is None)
     floor = cost - sum(v.lost_work_device_s(now) for v in saving)
     evict_in = None
     if factor * rate > growth:

@@ -238,11 +238,12 @@ class CycleState:
         return found
 
     def losses_by_node(self, device_class: str) -> dict[NodeName, float]:
-        """The eviction cost of the gangs of `victims_by_node`, summed per node."""
+        """The eviction cost of the gangs of `victims_by_node`, summed per node, as a tier
+        that always preempts counts it (`preemption.Rights.by_loss`): its only reader."""
         found = self._losses_by_node.get(device_class)
         if found is None:
             found = self._losses_by_node[device_class] = {
-                node: sum(gang.eviction_cost_device_s(self.now) for gang in gangs)
+                node: sum(gang.eviction_cost_device_s(self.now, asked=False) for gang in gangs)
                 for node, gangs in self.victims_by_node(device_class).items()
             }
         return found

@@ -35,6 +35,7 @@ def running(record: JobRecord, *, device_class: str, now: float) -> tuple[Runnin
         predicted_end_at=record.predicted_end,
         last_checkpoint_at=checkpoint.last_at(record, now=now),
         checkpoint_interval_s=job.checkpoint_interval_s,
+        checkpoint_grace_s=job.checkpoint_grace_s,
         restart_s=job.restart_s,
         lost_before_device_s=record.lost_device_s,
         min_replicas=job.min_replicas,
@@ -84,6 +85,7 @@ def pending(
         queued_at=queued_at,
         preempted_at=preempted_at,
         checkpoint_interval_s=job.checkpoint_interval_s,
+        checkpoint_grace_s=job.checkpoint_grace_s,
         restart_s=job.restart_s,
         min_replicas=job.min_replicas,
     )

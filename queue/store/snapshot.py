@@ -187,6 +187,7 @@ def running_job(
         checkpoint_interval_s=(
             None if row.checkpoint_interval_s is None else float(row.checkpoint_interval_s)
         ),
+        checkpoint_grace_s=stored.checkpoint_grace_s,
         restart_s=stored.restart_s,
         lost_before_device_s=float(row.lost_device_s),
         min_replicas=row.min_replicas,

@@ -72,6 +72,7 @@ def _running(
     borrowed: bool = False,
     checkpoint_ago_s: float | None = None,
     checkpoint_interval_s: float | None = None,
+    checkpoint_grace_s: float | None = None,
     lost_before_device_s: float = 0.0,
 ) -> RunningJob:
     gang = builders.gang(
@@ -87,6 +88,7 @@ def _running(
         predicted_end_at=None if predicted_left_s is None else NOW + predicted_left_s,
         last_checkpoint_at=None if checkpoint_ago_s is None else NOW - checkpoint_ago_s,
         checkpoint_interval_s=checkpoint_interval_s,
+        checkpoint_grace_s=checkpoint_grace_s,
         lost_before_device_s=lost_before_device_s,
     )
 
@@ -486,6 +488,65 @@ HAZARD_QUOTAS = (
     builders.quota("team-a", 8),
     builders.quota("team-b", 0, borrowing_limit=16),
 )
+
+
+# --- victims asked for a checkpoint first ----------------------------------------------------
+
+
+def _long_run_asked_first() -> RunningJob:
+    """The 71.6 h borrower below, but it opted in to be asked first with a 120 s grace: it
+    saves when asked, so evicting it loses 8 x 120 s of work and 8 x 5 min of restart,
+    0.9 device-h, however long it ran."""
+    return _running(
+        "borrower",
+        "node-0",
+        range(8),
+        ran_s=71.6 * 3600,
+        tier="training",
+        borrowed=True,
+        checkpoint_grace_s=120.0,
+    )
+
+
+def test_a_reclaim_pays_for_a_long_run_asked_first_with_its_grace_not_its_run() -> None:
+    """The run that no wait could pay for costs 0.9 device-h once it is asked first: a 2 h
+    wait of 8 devices (16 device-h) pays for it."""
+    job = builders.job("x", tier="training", per_replica=8, submitted_at=NOW - 2 * 3600)
+    result = _cycle(job, running=(_long_run_asked_first(),), quotas=RECLAIM_QUOTAS)
+    assert _victims(result) == ["team-b/borrower"]
+
+
+def test_the_cost_of_a_victim_asked_first_stays_put_while_the_wait_grows() -> None:
+    """After 5 min the wait has cost 8 x 300 s = 2400 device-s of the 3360 evicting costs.
+    The victim's cost no longer grows with its run (it is capped at its grace), so the wait
+    covers it 960 / 8 = 120 s later, and the cycle asks to be run again then."""
+    job = builders.job("x", tier="training", per_replica=8, submitted_at=NOW - 300.0)
+    result = _cycle(job, running=(_long_run_asked_first(),), quotas=RECLAIM_QUOTAS)
+    assert result.preemptions == ()
+    assert result.decide_again_at == NOW + 120.0
+
+
+def _young_and_asked(*, tier: str) -> CycleResult:
+    """Two nodes, each half taken: `young` (4 devices, 20 min run, nothing saved: 4 x (1200
+    + 300) s = 1.7 device-h to evict) and `asked` (4 devices, 10 h run, 120 s grace: 0.5
+    device-h counting on its checkpoint, 40.3 device-h without). A one-node job of
+    `tier` that has waited 2 h beside 4 idle devices needs either node."""
+    young = _running("young", "node-0", range(4), ran_s=1200.0)
+    asked = _running("asked", "node-1", range(4), ran_s=36_000.0, checkpoint_grace_s=120.0)
+    job = builders.job(
+        "x", tier=tier, per_replica=8, submitted_at=NOW - 2 * 3600.0, max_runtime_s=None
+    )
+    return _cycle(job, running=(young, asked), nodes=2)
+
+
+def test_a_training_job_evicts_the_victim_asked_first_that_saves_its_long_run() -> None:
+    assert _victims(_young_and_asked(tier="training")) == ["team-b/asked"]
+
+
+def test_prod_inference_does_not_count_on_a_checkpoint_it_would_wait_for() -> None:
+    """A tier that always preempts would wait out the asked victim's save; weighed as if it
+    went at once, that victim loses 10 h of work, so the young gang goes instead."""
+    assert _victims(_young_and_asked(tier="prod-inference")) == ["team-b/young"]
 
 
 def _borrow(job: PendingJob, *, unsaved_borrow_s: float | None = 86_400.0) -> CycleResult:

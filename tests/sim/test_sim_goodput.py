@@ -131,6 +131,46 @@ def test_a_victim_asked_first_loses_only_the_save_when_it_answers(
     assert asked.lost_device_s == 8 * (gone_at - progress_s)
 
 
+@pytest.mark.parametrize(
+    ("grace", "reclaimed_at", "saved_s"),
+    [
+        # at 3,600 b's checkpoint brings its cost to its restart (2,400 device-s), which a's
+        # 4 x 3,580 device-s of wait cover four times: evicted then, gone 30 s later
+        pytest.param(None, 3630, 3600, id="not-asked"),
+        # asked first, b costs at most 8 x 120 s of work and its restart, 3,360 device-s,
+        # covered at 3,380; it saves at the request, answers 60 s later and is gone at 3,470
+        pytest.param(120, 3470, 3380, id="asked"),
+    ],
+)
+def test_a_reclaim_pays_for_a_borrower_asked_first_with_its_grace_not_its_unsaved_run(
+    grace: int | None, reclaimed_at: float, saved_s: float
+) -> None:
+    """Tenant b borrows the whole node from tenant a (nominal 4 each), saving a checkpoint
+    only hourly; a's job reclaims its half once a quarter of its wait
+    (`Policy.preemption_cost_factor`) has cost what evicting b costs."""
+    fields: dict[str, Any] = {"checkpointInterval": 3600}
+    if grace is not None:
+        fields["checkpointGraceSeconds"] = grace
+    replayed = trace.from_document(
+        {
+            "horizon": 8000,
+            "cluster": {"nodes": 1, "racks": 1},
+            "tenants": [
+                {"name": "a", "nominal": 4, "borrowingLimit": 4},
+                {"name": "b", "nominal": 4, "borrowingLimit": 4},
+            ],
+            "jobs": [
+                _job("b/long", 0, "training", devicesPerReplica=8, runtime=6000, **fields),
+                _job("a/mine", 20, "training", devicesPerReplica=4, runtime=100),
+            ],
+        }
+    )
+    outcome = engine.simulate(replayed, policy.create("gangq", device_class="gpu.nvidia.com"))
+    assert outcome.records["a/mine"].first_started_at == reclaimed_at
+    assert outcome.records["b/long"].evictions == 1
+    assert outcome.records["b/long"].progress_s == saved_s
+
+
 def test_predictions_come_from_the_finished_runs_of_the_same_family() -> None:
     jobs = [
         _job("ci/eval-1", 0, "small", runtime=100, maxRuntime=900, family="eval"),

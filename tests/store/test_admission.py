@@ -484,8 +484,9 @@ async def test_a_victim_asked_first_stores_the_request_and_counts_its_loss_at_ev
     database_url: str, session_factory: Sessions
 ) -> None:
     """The request and its deadline are committed with the decision (a new leader continues
-    the wait), the core sees the gang leaving by the deadline, and the work lost is counted
-    only at the eviction: on the job (against evicting it again) and in the ledger, once."""
+    the wait), the core sees the gang leaving by the deadline and its grace (what an eviction
+    asking first costs it), and the work lost is counted only at the eviction: on the job
+    (against evicting it again) and in the ledger, once."""
     small = dataclasses.replace(
         job("ml-train/small", tier="small", devices_per_replica=8), checkpoint_grace_s=120.0
     )
@@ -504,7 +505,8 @@ async def test_a_victim_asked_first_stores_the_request_and_counts_its_loss_at_ev
     assert (asked.job.checkpoint_requested_at, asked.job.evict_by) == (T0 + 10, T0 + 130)
     assert asked.job.evicted_for == "serving/llm"
     (leaving,) = loaded.snapshot.running
-    assert (leaving.evicting_by, leaving.lost_before_device_s) == (T0 + 130, 0.0)
+    assert (leaving.evicting_by, leaving.checkpoint_grace_s) == (T0 + 130, 120.0)
+    assert leaving.lost_before_device_s == 0.0
     (preempted,) = [e for e in asked.history if e.kind == "preempted"]
     assert preempted.details == {"for": "serving/llm", "checkpoint_grace_s": 120.0}
     async with session_factory() as session, session.begin():
