@@ -47,6 +47,13 @@ CANCELLED_FRACTION = (0.2, 1.0)
 """Fractions of the intended run a failed (early) or cancelled job gets through."""
 CHECKPOINT_MIN_GPUS = 16
 CHECKPOINT_INTERVAL_S = (30 * 60.0, 60 * 60.0)
+ASKED_FIRST_SHARE = 0.5
+"""Share of the jobs that save checkpoints that also opt in to be asked for one before an
+eviction or shrink (`checkpointGraceSeconds`, rule 6). No trace records it: a job that saves
+checkpoints needs only to answer the request with a save it can already make, and half is an
+assumption, stated in docs/sim.md. A job that saves none could not answer, so none opts in."""
+ASKED_FIRST_GRACE_S = 120.0
+"""Their grace: two saves of `sim.engine.CHECKPOINT_SAVE_S`, PRODUCT.md's example."""
 ELASTIC_SHARE = 0.3
 """Share of multi-replica training jobs that are elastic, with `minReplicas` half their
 replicas rounded up. No trace records elasticity; torchrun elastic and DeepSpeed jobs are
@@ -186,10 +193,11 @@ class Drawn:
 
 class _Jobs:
     """Draws one family's jobs: size, family median, run, outcome, bound and checkpoints
-    from `rng`; elasticity from `habits`, a stream of its own, so that every other draw of a
-    seed and load is the one made before jobs were elastic."""
+    from `rng`; elasticity and opting in to be asked first each from a stream of its own
+    (`Habits`), so that every other draw of a seed and load is the one made before jobs
+    had them."""
 
-    def __init__(self, family: Family, rng: random.Random, habits: random.Random) -> None:
+    def __init__(self, family: Family, rng: random.Random, habits: Habits) -> None:
         self.family = family
         self.rng = rng
         self.habits = habits
@@ -234,16 +242,18 @@ class _Jobs:
         elif outcome == "cancelled":
             intended = runtime / rng.uniform(*CANCELLED_FRACTION)
         bound = math.ceil(intended * rng.uniform(*BOUND_FACTOR))
-        checkpoint = None
+        checkpoint = grace = None
         if gpus >= CHECKPOINT_MIN_GPUS and rng.random() < family.checkpointing:
             checkpoint = round(rng.uniform(*CHECKPOINT_INTERVAL_S))
+            if self.habits.asking.random() < ASKED_FIRST_SHARE:
+                grace = ASKED_FIRST_GRACE_S
         replicas, per_replica = shape_of(gpus)
         tier = "small" if gpus <= 2 else "training"
         topology = Topology()
         least = None
         if replicas > 1:
             topology = Topology(RACK_LABEL, TopologyMode.PREFERRED)
-            if tier == "training" and self.habits.random() < ELASTIC_SHARE:
+            if tier == "training" and self.habits.elastic.random() < ELASTIC_SHARE:
                 least = math.ceil(replicas / 2)
         self.count += 1
         job = TraceJob(
@@ -257,14 +267,27 @@ class _Jobs:
             max_runtime_s=bound,
             topology=topology,
             checkpoint_interval_s=checkpoint,
+            checkpoint_grace_s=grace,
             family=f"{replicas}x{per_replica}-{'abcd'[index]}",
             min_replicas=least,
         )
         return Drawn(job, outcome)
 
 
-def _habits(family: Family, *, seed: int) -> random.Random:
-    return random.Random(f"{family.name}-elastic-{seed}")
+@dataclass(frozen=True, slots=True)
+class Habits:
+    """The random streams of what a job does besides its run: each its own, so that adding
+    one left every earlier draw of a seed as it was."""
+
+    elastic: random.Random
+    asking: random.Random
+
+
+def _habits(family: Family, *, seed: int) -> Habits:
+    return Habits(
+        elastic=random.Random(f"{family.name}-elastic-{seed}"),
+        asking=random.Random(f"{family.name}-asked-{seed}"),
+    )
 
 
 def sample(family: Family, *, seed: int, count: int, days: int = 7) -> list[Drawn]:

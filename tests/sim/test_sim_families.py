@@ -3,6 +3,7 @@ asked for, and runs on the reference cluster within its tenants' quotas."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -117,8 +118,23 @@ def test_a_share_of_multi_replica_training_jobs_is_elastic_down_to_half(
     assert all(job.min_replicas is None for job in drawn if job.replicas == 1)
 
 
+def test_half_the_jobs_that_save_checkpoints_opt_in_to_be_asked_first() -> None:
+    """Only a job that saves checkpoints can answer the request, so no other opts in."""
+    drawn = [d.job for d in _drawn(families.ACME)]
+    saving = [job for job in drawn if job.checkpoint_interval_s is not None]
+    asked = [job for job in saving if job.checkpoint_grace_s is not None]
+    assert len(asked) / len(saving) == pytest.approx(families.ASKED_FIRST_SHARE, abs=0.1)
+    assert {job.checkpoint_grace_s for job in asked} == {families.ASKED_FIRST_GRACE_S}
+    assert all(job.checkpoint_grace_s is None for job in drawn if job not in saving)
+
+
 def _fingerprint(week: trace.Trace) -> str:
-    document = json.dumps(trace.to_document(week.without_elastic()), sort_keys=True)
+    """Of the week as it was before jobs were elastic or asked first."""
+    rigid = week.without_elastic()
+    plain = dataclasses.replace(
+        rigid, jobs=tuple(dataclasses.replace(job, checkpoint_grace_s=None) for job in rigid.jobs)
+    )
+    document = json.dumps(trace.to_document(plain), sort_keys=True)
     return hashlib.sha256(document.encode()).hexdigest()[:16]
 
 
@@ -132,11 +148,12 @@ def _fingerprint(week: trace.Trace) -> str:
         ("acme", 3, 1.15, "080927878e96a29f"),
     ],
 )
-def test_without_their_minimum_the_weeks_are_those_generated_before_jobs_were_elastic(
+def test_without_their_minimum_and_grace_the_weeks_are_those_generated_before_either(
     name: str, seed: int, offered: float | None, fingerprint: str
 ) -> None:
-    """The fingerprints are of the weeks generated before any job was elastic: elasticity
-    draws from a stream of its own and changes no arrival, run, size or checkpoint."""
+    """The fingerprints are of the weeks generated before any job was elastic or asked
+    first: each draws from a stream of its own and changes no arrival, run, size or
+    checkpoint."""
     week = scenarios.generate(name, seed=seed, days=7, offered=offered)
     assert _fingerprint(week) == fingerprint
     elastic = sum(job.min_replicas is not None for job in week.jobs)
