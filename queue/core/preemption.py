@@ -99,7 +99,8 @@ def victim_reason(
     victim: RunningJob, *, rights: Rights, tiers: Mapping[str, Tier], now: float
 ) -> str | None:
     """What the victim's owner is told, or None when `victim` may not be evicted."""
-    lost_h = victim.lost_work_device_s(now) / 3600.0
+    # the work at stake, which a victim asked first saves only if it answers
+    lost_h = victim.lost_work_device_s(now, asked=False) / 3600.0
     if _by_tier(victim, rights=rights, tiers=tiers, now=now):
         return explain.preempted_by(
             preemptor=rights.job.key,

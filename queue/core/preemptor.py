@@ -101,7 +101,7 @@ def try_preempt(
                     (r or "")
                     if v.key not in keeps
                     else explain.shrunk(r or "", keep=keeps[v.key], size=v.size),
-                    lost_device_s=v.lost_work_device_s(now),
+                    lost_device_s=v.lost_work_device_s(now, asked=False),
                     reclaim=preemption.is_reclaim(v, rights=rights, tiers=tiers, now=now),
                     keep=keeps.get(v.key),
                 )

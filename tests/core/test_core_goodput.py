@@ -540,7 +540,13 @@ def _young_and_asked(*, tier: str) -> CycleResult:
 
 
 def test_a_training_job_evicts_the_victim_asked_first_that_saves_its_long_run() -> None:
-    assert _victims(_young_and_asked(tier="training")) == ["team-b/asked"]
+    """Its reason names the work at stake, which the checkpoint it is asked for saves."""
+    result = _young_and_asked(tier="training")
+    assert _victims(result) == ["team-b/asked"]
+    assert result.preemptions[0].victims[0].reason == (
+        "preempted by team-a/x (tier training > small), losing 40.0 device-h since the last "
+        "checkpoint"
+    )
 
 
 def test_prod_inference_does_not_count_on_a_checkpoint_it_would_wait_for() -> None:
