@@ -494,7 +494,7 @@ HAZARD_QUOTAS = (
 
 
 def _long_run_asked_first() -> RunningJob:
-    """The 71.6 h borrower below, but it opted in to be asked first with a 120 s grace: it
+    """The 71.6 h borrower above, but it opted in to be asked first with a 120 s grace: it
     saves when asked, so evicting it loses 8 x 120 s of work and 8 x 5 min of restart,
     0.9 device-h, however long it ran."""
     return _running(

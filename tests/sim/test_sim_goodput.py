@@ -68,11 +68,11 @@ def test_lost_work_is_split_by_why_its_victims_went() -> None:
     assert "device-hours lost: prod-inference > small" in report.table({"gangq": summary})
 
 
-def test_lost_work_of_a_reclaim_is_named_by_the_reclaimer_tier() -> None:
-    """Tenant b borrows the whole node from tenant a (nominal 4 each), and a's job reclaims
-    its nominal half once a quarter of its wait (`Policy.preemption_cost_factor`) has cost
-    what evicting b costs (ski rental: at b's checkpoint at 3,000 s, when a has been kept
-    4 x 2,980 device-s from its quota, a quarter of which covers b's 8 x 300-s restart)."""
+def _reclaimed(**borrower: Any) -> Any:
+    """Tenant b's 8-device `b/long` (with `borrower`'s fields) borrows the whole node from
+    tenant a (nominal 4 each), and a's 4-device job arriving at 20 s reclaims its nominal half
+    once a quarter of its wait (`Policy.preemption_cost_factor`) has cost what evicting b
+    costs."""
     replayed = trace.from_document(
         {
             "horizon": 8000,
@@ -82,19 +82,19 @@ def test_lost_work_of_a_reclaim_is_named_by_the_reclaimer_tier() -> None:
                 {"name": "b", "nominal": 4, "borrowingLimit": 4},
             ],
             "jobs": [
-                _job(
-                    "b/long",
-                    0,
-                    "training",
-                    devicesPerReplica=8,
-                    runtime=6000,
-                    checkpointInterval=600,
-                ),
+                _job("b/long", 0, "training", devicesPerReplica=8, runtime=6000, **borrower),
                 _job("a/mine", 20, "training", devicesPerReplica=4, runtime=100),
             ],
         }
     )
-    outcome = engine.simulate(replayed, policy.create("gangq", device_class="gpu.nvidia.com"))
+    return engine.simulate(replayed, policy.create("gangq", device_class="gpu.nvidia.com"))
+
+
+def test_lost_work_of_a_reclaim_is_named_by_the_reclaimer_tier() -> None:
+    """b checkpoints every 600 s (ski rental: at b's checkpoint at 3,000 s, when a has been
+    kept 4 x 2,980 device-s from its quota, a quarter of which covers b's 8 x 300-s
+    restart)."""
+    outcome = _reclaimed(checkpointInterval=600)
     summary = report.summarize(outcome)
     assert summary["preemptions"] == 1
     assert list(summary["device_hours_lost_by_cause"]) == ["reclaim by training"]
@@ -145,27 +145,11 @@ def test_a_victim_asked_first_loses_only_the_save_when_it_answers(
 def test_a_reclaim_pays_for_a_borrower_asked_first_with_its_grace_not_its_unsaved_run(
     grace: int | None, reclaimed_at: float, saved_s: float
 ) -> None:
-    """Tenant b borrows the whole node from tenant a (nominal 4 each), saving a checkpoint
-    only hourly; a's job reclaims its half once a quarter of its wait
-    (`Policy.preemption_cost_factor`) has cost what evicting b costs."""
+    """b saves a checkpoint only hourly (`_reclaimed`)."""
     fields: dict[str, Any] = {"checkpointInterval": 3600}
     if grace is not None:
         fields["checkpointGraceSeconds"] = grace
-    replayed = trace.from_document(
-        {
-            "horizon": 8000,
-            "cluster": {"nodes": 1, "racks": 1},
-            "tenants": [
-                {"name": "a", "nominal": 4, "borrowingLimit": 4},
-                {"name": "b", "nominal": 4, "borrowingLimit": 4},
-            ],
-            "jobs": [
-                _job("b/long", 0, "training", devicesPerReplica=8, runtime=6000, **fields),
-                _job("a/mine", 20, "training", devicesPerReplica=4, runtime=100),
-            ],
-        }
-    )
-    outcome = engine.simulate(replayed, policy.create("gangq", device_class="gpu.nvidia.com"))
+    outcome = _reclaimed(**fields)
     assert outcome.records["a/mine"].first_started_at == reclaimed_at
     assert outcome.records["b/long"].evictions == 1
     assert outcome.records["b/long"].progress_s == saved_s
